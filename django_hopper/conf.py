@@ -1,0 +1,82 @@
+"""The ``HOPPER`` setting, read lazily (never at import time) and validated by
+system checks (:mod:`django_hopper.checks`).
+
+Every key has a default, so a project that sets nothing gets a working queue:
+jobs go to the ``default`` queue and the worker works it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {
+    # The database alias hopper's tables live on and jobs are enqueued through.
+    "DATABASE": "default",
+    # Queues a worker works when started without --queues: name -> concurrency.
+    "QUEUES": {"default": 10},
+    # Defaults for jobs that do not say otherwise.
+    "DEFAULT_QUEUE": "default",
+    "DEFAULT_MAX_ATTEMPTS": 25,
+    # Seconds between polls when no notification arrives.
+    "POLL_INTERVAL": 1.0,
+    # Client lease: its time to live and how often it is renewed (seconds).
+    "CLIENT_TTL": 30.0,
+    "HEARTBEAT_INTERVAL": 5.0,
+    # Leader lease time to live (seconds) and maintenance loop interval.
+    "LEADER_TTL": 15.0,
+    "MAINTENANCE_INTERVAL": 1.0,
+    # Running jobs claimed longer ago than this are rescued even if their client
+    # lives (seconds; 0 disables).
+    "RESCUE_STUCK_AFTER": 3600.0,
+    # Seconds a stopping worker waits for running jobs before leaving them to the rescue.
+    "SHUTDOWN_TIMEOUT": 30.0,
+    # Per-job timeout in seconds (0: none); @job(timeout=...) overrides it.
+    "JOB_TIMEOUT": 0.0,
+    # Completer: flush after this many results or this many seconds.
+    "COMPLETER_BATCH_SIZE": 500,
+    "COMPLETER_FLUSH_INTERVAL": 0.005,
+    # Attempt logs kept per job (the latest); 0 keeps them all.
+    "KEEP_LOGS": 10,
+    # Write completed jobs to history (canceled and discarded always are).
+    "ARCHIVE_COMPLETED": True,
+    # History retention (seconds).
+    "COMPLETED_RETENTION": 7 * 24 * 3600.0,
+    "FAILED_RETENTION": 30 * 24 * 3600.0,
+    # Retry backoff: attempt ** BACKOFF_EXPONENT seconds, capped, with jitter.
+    "BACKOFF_BASE": 1.0,
+    "BACKOFF_EXPONENT": 4.0,
+    "BACKOFF_MAX": 24 * 3600.0,
+    "BACKOFF_JITTER": 0.1,
+    # Modules imported by the worker so that their @job functions register.
+    "IMPORTS": [],
+    # Periodic jobs declared in settings (issue 6).
+    "PERIODIC": [],
+}
+
+
+class HopperSettings:
+    """Attribute access to ``settings.HOPPER`` with defaults, read on each access."""
+
+    def _user(self) -> dict[str, Any]:
+        from django.conf import settings
+
+        value = getattr(settings, "HOPPER", None) or {}
+        return dict(value)
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"HOPPER has no setting {name!r}")
+        return self._user().get(name, DEFAULTS[name])
+
+    def seconds(self, name: str) -> dt.timedelta:
+        """Return a setting given in seconds as a timedelta."""
+        return dt.timedelta(seconds=float(getattr(self, name)))
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dict(DEFAULTS)
+        out.update(self._user())
+        return out
+
+
+hopper_settings = HopperSettings()

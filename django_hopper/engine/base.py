@@ -1,0 +1,697 @@
+"""The engine contract: what every database engine implements.
+
+This is hopper's internal API between the layers above (api, runtime,
+maintenance) and the SQL below. It follows the seed contract
+(``shared/seeds/000_*.txt``) method by method, named entity first as River
+names them (``job_claim``, ``job_finalize_many``, ``leader_attempt``), with one
+frozen params dataclass per method and row dataclasses coming back.
+
+Rules every engine keeps (ARCHITECTURE.md):
+
+* Database time. Schedules, leases and TTLs compare against the database
+  clock. Every method that reads the clock accepts ``now``; when it is set, the
+  engine uses it instead, so tests never sleep.
+* The caller's transaction. Methods run on the Django connection of the
+  engine's alias; inside ``transaction.atomic()`` they are part of the caller's
+  transaction. Methods that need several statements wrap them in an atomic
+  block of their own, so they never leave a half write.
+* Fences. A write an attempt makes is applied only while the job is running in
+  the claim that made it.
+* Errors from the driver are translated into :mod:`django_hopper.exceptions`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+JobID = uuid.UUID
+JSON = Any  # a value that json.dumps accepts
+
+
+# ---------------------------------------------------------------------------
+# Constants
+
+
+class ConflictAction:
+    """What an insert does with an input whose unique key matches a live job."""
+
+    #: Return the existing job as a duplicate.
+    SKIP = "skip"
+    #: Replace the existing job's args, metadata, priority, max attempts and
+    #: schedule unless it is running; it is still returned as a duplicate.
+    REPLACE = "replace"
+
+
+class RescueReason:
+    """Why hopper, not the attempt, ended an attempt (``AttemptError.rescue``)."""
+
+    CLIENT_EXPIRED = "client_expired"
+    STUCK = "stuck"
+    LEASE_EXPIRED = "lease_expired"
+    TTL_EXPIRED = "ttl_expired"
+    CANCELED = "canceled"
+    DEPENDENCY_FAILED = "dependency_failed"
+
+
+#: Notification channels (LISTEN/NOTIFY on Postgres).
+CHANNEL_INSERT = "hopper_insert"
+CHANNEL_CONTROL = "hopper_control"
+CHANNEL_DONE = "hopper_done"
+CHANNEL_STREAM = "hopper_stream"
+CHANNEL_LEADER = "hopper_leader"
+
+
+# ---------------------------------------------------------------------------
+# Rows
+
+
+@dataclass(slots=True)
+class AttemptError:
+    """One failure of a job, recorded with database time."""
+
+    at: dt.datetime | None
+    attempt: int
+    error: str
+    #: The fence of the failed claim; 0 for entries hopper records itself for
+    #: a job that is not running (a cancel, an expiry, a failed dependency).
+    fence: int = 0
+    trace: str = ""
+    #: Set when hopper, not the attempt, ended it (see RescueReason).
+    rescue: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON object stored in the job's ``errors`` list."""
+        out: dict[str, Any] = {
+            "at": self.at.isoformat() if self.at else None,
+            "attempt": self.attempt,
+            "error": self.error,
+        }
+        if self.fence:
+            out["fence"] = self.fence
+        if self.trace:
+            out["trace"] = self.trace
+        if self.rescue:
+            out["rescue"] = self.rescue
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> AttemptError:
+        """Parse one stored entry; tolerate entries of earlier releases."""
+        at = obj.get("at")
+        return cls(
+            at=dt.datetime.fromisoformat(at) if at else None,
+            attempt=int(obj.get("attempt", 0)),
+            error=str(obj.get("error", "")),
+            fence=int(obj.get("fence", 0) or 0),
+            trace=str(obj.get("trace", "") or ""),
+            rescue=str(obj.get("rescue", "") or ""),
+        )
+
+
+@dataclass(slots=True)
+class AttemptLog:
+    """The log lines of one attempt, each ending in a newline."""
+
+    attempt: int
+    log: str
+    #: The attempt snoozed, which gives the attempt back: the next attempt has
+    #: the same number. A job keeps only the latest snooze log per attempt.
+    snoozed: bool = False
+
+
+@dataclass(slots=True)
+class Progress:
+    """The last step a running job's worker recorded."""
+
+    step: str
+    cursor: JSON = None
+    recorded_at: dt.datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "cursor": self.cursor,
+            "at": self.recorded_at.isoformat() if self.recorded_at else None,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any] | None) -> Progress | None:
+        if obj is None:
+            return None
+        at = obj.get("at")
+        return cls(
+            step=obj.get("step") or "",
+            cursor=obj.get("cursor"),
+            recorded_at=dt.datetime.fromisoformat(at) if at else None,
+        )
+
+
+@dataclass(slots=True)
+class Dependency:
+    """A finished direct dependency of a workflow step that reads it."""
+
+    id: JobID
+    step: str
+    state: str
+    output: JSON = None
+
+
+@dataclass(slots=True)
+class JobRow:
+    """A job, live or from history (seed ``JobRow``).
+
+    Optional fields are ``None`` where the seed says zero or empty.
+    """
+
+    id: JobID
+    kind: str
+    queue: str
+    state: str
+    priority: int
+    attempt: int
+    max_attempts: int
+    scheduled_at: dt.datetime
+    created_at: dt.datetime
+    args: JSON = field(default_factory=dict)
+    metadata: JSON = field(default_factory=dict)
+    errors: list[AttemptError] = field(default_factory=list)
+    attempted_at: dt.datetime | None = None
+    #: The client holding the claim, or None (also for a job claimed by ID).
+    attempted_by: int | None = None
+    #: Numbers the job's claims; never repeats for a job.
+    fence: int = 0
+    unique_key: str | None = None
+    ordering_key: str | None = None
+    partition_key: str | None = None
+    tags: list[str] = field(default_factory=list)
+    batch_id: JobID | None = None
+    expires_at: dt.datetime | None = None
+    cancel_requested_at: dt.datetime | None = None
+    lease_expires_at: dt.datetime | None = None
+    awaited: bool = False
+    snooze_reason: str | None = None
+    progress: Progress | None = None
+    finalized_at: dt.datetime | None = None
+    output: JSON = None
+    dependencies: list[Dependency] | None = None
+
+    @property
+    def is_live(self) -> bool:
+        return self.finalized_at is None
+
+
+@dataclass(slots=True)
+class JobInsertResult:
+    job: JobRow
+    #: True when a job with the same unique key already existed; ``job`` is then
+    #: that existing job.
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class JobClaimResult:
+    jobs: list[JobRow]
+    #: When positive, how long the rate limit will allow nothing.
+    wait: dt.timedelta = dt.timedelta(0)
+
+
+@dataclass(slots=True, frozen=True)
+class JobFinalized:
+    id: JobID
+    fence: int
+
+
+@dataclass(slots=True)
+class RescueCandidate:
+    job: JobRow
+    #: True when selected for running longer than StuckAfter rather than for
+    #: its client's expired lease.
+    stuck: bool
+
+
+@dataclass(slots=True)
+class ClientRow:
+    id: int
+    hostname: str
+    started_at: dt.datetime
+    expires_at: dt.datetime
+    info: JSON = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ClientRenewResult:
+    #: False if the lease had already expired: the client is fenced.
+    renewed: bool
+    #: The client's running jobs that have a pending cancel request.
+    cancel_requested: list[JobID] = field(default_factory=list)
+    paused_queues: list[str] = field(default_factory=list)
+    #: Queues with a global, rate or partition limit (claimed through the
+    #: limited path).
+    limited_queues: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class QueueLimits:
+    name: str
+    global_limit: int = 0
+    rate_per_sec: float = 0.0
+    rate_burst: int = 0
+    partition_limit: int = 0
+    aging: dt.timedelta = dt.timedelta(0)
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.global_limit or self.rate_per_sec or self.partition_limit)
+
+
+@dataclass(slots=True)
+class QueueRow:
+    name: str
+    updated_at: dt.datetime
+    limits: QueueLimits
+    paused_at: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class Notification:
+    channel: str
+    payload: str
+
+
+# ---------------------------------------------------------------------------
+# Params (one frozen dataclass per method)
+
+
+@dataclass(slots=True, frozen=True)
+class JobInsertParams:
+    kind: str
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 25
+    #: None to run as soon as possible.
+    scheduled_at: dt.datetime | None = None
+    args: JSON = field(default_factory=dict)
+    metadata: JSON = field(default_factory=dict)
+    #: Distinct, not empty.
+    tags: tuple[str, ...] = ()
+    #: None for non-unique jobs.
+    unique_key: str | None = None
+    #: Finished states in which a job in history with the same kind and unique
+    #: key is a duplicate too.
+    unique_finished: tuple[str, ...] = ()
+    #: Serializes the job with others of the same key in its queue.
+    ordering_key: str | None = None
+    partition_key: str | None = None
+    batch_id: JobID | None = None
+    #: If set, expires_at = database now + ttl.
+    ttl: dt.timedelta | None = None
+    #: Announce the finalize on CHANNEL_DONE.
+    awaited: bool = False
+    #: Pre-generated ID (UUIDv7); the engine generates one when None.
+    id: JobID | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobInsertOpts:
+    #: Wake workers on the inserted queues once the insert commits.
+    notify: bool = False
+    on_conflict: str = ConflictAction.SKIP
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobClaimParams:
+    queue: str
+    client_id: int
+    limit: int
+    #: Lock the queue row and apply its limits (issue 4).
+    limited: bool = False
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobFinalize:
+    """One result of one attempt."""
+
+    id: JobID
+    #: The claim of the attempt: the client and the fence.
+    attempted_by: int | None
+    fence: int
+    #: completed, canceled, discarded (to history) or retryable, scheduled (stays live).
+    state: str
+    #: How long from database now the job waits; only retryable and scheduled.
+    delay: dt.timedelta = dt.timedelta(0)
+    #: Give the attempt back: the retry does not count against max_attempts.
+    snooze: bool = False
+    snooze_reason: str | None = None
+    #: Appended to the job's errors; ``at`` is set by the engine from database time.
+    error: AttemptError | None = None
+    output: JSON = None
+    #: Appended to the job's logs, with ``snoozed`` set from ``snooze``.
+    log: str | None = None
+    #: Write a completed job to history; canceled and discarded always are.
+    archive: bool = True
+    #: When set, the result is fenced to this job lease instead of a client.
+    lease_token: JobID | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobFinalizeParams:
+    jobs: Sequence[JobFinalize]
+    #: None of the jobs belongs to a batch or workflow: skip that bookkeeping.
+    no_batches: bool = False
+    #: Skip jobs whose rows another transaction holds instead of waiting.
+    skip_locked: bool = False
+    #: The most attempt logs a job keeps (the latest). 0 keeps them all.
+    keep_logs: int = 0
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobRecordProgressParams:
+    id: JobID
+    attempted_by: int | None
+    fence: int
+    attempt: int
+    step: str = ""
+    keep_step: bool = False
+    cursor: JSON = None
+    no_wait: bool = False
+    lease_token: JobID | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobListParams:
+    queue: str | None = None
+    kinds: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+    #: Needs ``queue``: a key is a lane only within its queue.
+    ordering_key: str | None = None
+    newest_first: bool = False
+    #: The cursor: only jobs after it in the listing's order.
+    after: JobID | None = None
+    limit: int = 100
+    ids: tuple[JobID, ...] = ()
+    priorities: tuple[int, ...] = ()
+    tags_any: tuple[str, ...] = ()
+    tags_all: tuple[str, ...] = ()
+    #: A JSON object; jobs whose metadata contains it (Postgres ``@>`` semantics).
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobCancelParams:
+    id: JobID
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobRetryParams:
+    id: JobID
+    #: Clear the job's progress, so that it runs all its steps again.
+    from_start: bool = False
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobDeleteParams:
+    id: JobID
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobDiscardExpiredParams:
+    limit: int = 1000
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobRescueParams:
+    #: If positive, also running jobs claimed longer ago than this.
+    stuck_after: dt.timedelta = dt.timedelta(0)
+    limit: int = 1000
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobScheduleParams:
+    """Promote due scheduled and retryable jobs to available."""
+
+    queue: str | None = None
+    limit: int = 10_000
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class ClientRegisterParams:
+    hostname: str
+    ttl: dt.timedelta
+    info: JSON = field(default_factory=dict)
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class ClientRenewParams:
+    client_id: int
+    ttl: dt.timedelta
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class LeaderParams:
+    client_id: int
+    ttl: dt.timedelta
+    now: dt.datetime | None = None
+
+
+# ---------------------------------------------------------------------------
+# Capabilities
+
+
+@dataclass(slots=True, frozen=True)
+class EngineFeatures:
+    """What an engine can do (seed ``Capabilities``). Branch on these, never on vendor."""
+
+    #: job_insert_copy is implemented (COPY on Postgres).
+    supports_copy: bool = False
+    #: listener() is implemented (LISTEN/NOTIFY).
+    supports_listen: bool = False
+    #: One writing transaction at a time (SQLite): no SKIP LOCKED needed.
+    single_writer: bool = False
+    #: History is partitioned by time; retention drops partitions.
+    supports_history_partitions: bool = False
+    #: Row locks with SKIP LOCKED / NOWAIT.
+    supports_skip_locked: bool = False
+    #: GIN indexes on JSON columns (tags and metadata filters).
+    supports_json_indexes: bool = False
+
+
+# ---------------------------------------------------------------------------
+# The contract
+
+
+class Listener(ABC):
+    """A dedicated connection receiving notifications."""
+
+    @abstractmethod
+    def listen(self, channels: Sequence[str]) -> None: ...
+
+    @abstractmethod
+    def next(self, timeout: float) -> list[Notification]:
+        """Block up to ``timeout`` seconds; return what arrived (maybe nothing)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class BaseEngine(ABC):
+    """One database engine. Stateless apart from its alias: every call uses the
+    current thread's Django connection for that alias."""
+
+    vendor: ClassVar[str]
+    features: ClassVar[EngineFeatures]
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        from django.db import connections
+
+        return connections[self.alias]
+
+    # -- time and schema ----------------------------------------------------
+
+    @abstractmethod
+    def now(self) -> dt.datetime:
+        """Return the database clock (aware, UTC)."""
+
+    @abstractmethod
+    def schema_version(self) -> int:
+        """Return the number of the newest applied hopper migration, or 0.
+
+        Takes no lock, so it never waits for a migration in progress.
+        """
+
+    # -- jobs ---------------------------------------------------------------
+
+    @abstractmethod
+    def job_insert_many(
+        self, params: Sequence[JobInsertParams], opts: JobInsertOpts = JobInsertOpts()
+    ) -> list[JobInsertResult]:
+        """Insert jobs in one statement; one result per input, in input order.
+
+        An input whose unique key matches a live job (same kind and key), or,
+        with ``unique_finished``, a job in history in one of those states, is
+        not inserted; its result carries the existing job and
+        ``duplicate=True``. With ConflictAction.REPLACE the existing live job's
+        args, metadata, priority, max attempts and schedule are replaced unless
+        it is running. Inputs are already deduplicated by unique key.
+        """
+
+    @abstractmethod
+    def job_insert_copy(
+        self, params: Sequence[JobInsertParams], opts: JobInsertOpts = JobInsertOpts()
+    ) -> list[JobInsertResult]:
+        """Bulk-load jobs without conflict handling (only if ``supports_copy``)."""
+
+    @abstractmethod
+    def job_claim(self, params: JobClaimParams) -> JobClaimResult:
+        """Move up to ``limit`` claimable jobs of a queue to running, atomically.
+
+        Claimable: available, or scheduled/retryable with scheduled_at passed;
+        not expired (TTL); queue not paused. Order: priority (higher first),
+        then scheduled_at, then ID. Each claimed job gets fence+1, attempt+1,
+        attempted_at = now, attempted_by = client, snooze reason cleared.
+        """
+
+    @abstractmethod
+    def job_schedule(self, params: JobScheduleParams) -> int:
+        """Make due scheduled and retryable jobs available; return how many."""
+
+    @abstractmethod
+    def job_finalize_many(self, params: JobFinalizeParams) -> list[JobFinalized]:
+        """Apply a batch of results in one statement, each fenced to its claim.
+
+        A result applies only if its job is still running, owned by the same
+        client (or lease) at the same fence. Returns the applied results; the
+        caller treats the rest as fenced.
+        """
+
+    @abstractmethod
+    def job_record_progress(self, params: JobRecordProgressParams) -> Progress | None:
+        """Store a running job's progress, fenced like a finalize.
+
+        Returns the progress as stored, or None if the attempt no longer owns
+        the job. With ``no_wait``, raises JobLocked at once if another
+        transaction holds the row.
+        """
+
+    @abstractmethod
+    def job_get(self, id: JobID) -> JobRow | None:
+        """Return a job by ID, live or from history, or None."""
+
+    @abstractmethod
+    def job_logs(self, id: JobID) -> list[AttemptLog]:
+        """Return the logs of a job's attempts, oldest first."""
+
+    @abstractmethod
+    def job_list(self, params: JobListParams) -> list[JobRow]:
+        """Return live and history jobs matching the filter, in ID order."""
+
+    @abstractmethod
+    def job_cancel(self, params: JobCancelParams) -> JobRow:
+        """Cancel a job; return it as it is afterwards.
+
+        A waiting job moves to history as canceled; a running job gets a cancel
+        request (cancel_requested_at) and a control notification; a finalized
+        job is returned unchanged. Raises NotFound for an unknown job.
+        """
+
+    @abstractmethod
+    def job_retry(self, params: JobRetryParams) -> JobRow:
+        """Make a job available now.
+
+        A canceled or discarded (or completed) job moves back from history,
+        with one more attempt allowed if it had run out; a waiting job has its
+        schedule brought forward. Clears the TTL. Raises JobRunning for a
+        running job, UniqueConflict if a live job holds the same unique key,
+        NotFound for an unknown job. Keeps progress unless ``from_start``.
+        """
+
+    @abstractmethod
+    def job_delete(self, params: JobDeleteParams) -> JobRow:
+        """Remove a job that is not running; return it as last stored.
+
+        Raises JobRunning for a running job, NotFound for an unknown one.
+        """
+
+    @abstractmethod
+    def job_discard_expired(self, params: JobDiscardExpiredParams) -> list[JobRow]:
+        """Move waiting jobs past their TTL to history as discarded."""
+
+    @abstractmethod
+    def job_rescue_candidates(self, params: JobRescueParams) -> list[RescueCandidate]:
+        """Return running jobs whose client has no unexpired lease, plus (if
+        ``stuck_after``) running jobs claimed longer ago than that."""
+
+    # -- clients ------------------------------------------------------------
+
+    @abstractmethod
+    def client_register(self, params: ClientRegisterParams) -> int: ...
+
+    @abstractmethod
+    def client_renew(self, params: ClientRenewParams) -> ClientRenewResult: ...
+
+    @abstractmethod
+    def client_delete(self, client_id: int) -> None: ...
+
+    @abstractmethod
+    def client_prune_expired(self, now: dt.datetime | None = None) -> int: ...
+
+    @abstractmethod
+    def client_list(self) -> list[ClientRow]: ...
+
+    # -- leader -------------------------------------------------------------
+
+    @abstractmethod
+    def leader_attempt(self, params: LeaderParams) -> bool:
+        """Take or renew the leader lease; True if the client leads afterwards."""
+
+    @abstractmethod
+    def leader_resign(self, client_id: int) -> None:
+        """Give up leadership if held, and signal others to elect."""
+
+    @abstractmethod
+    def leader_get(self, now: dt.datetime | None = None) -> int | None:
+        """Return the leader's client ID, or None if the lease is free or expired."""
+
+    # -- queues -------------------------------------------------------------
+
+    @abstractmethod
+    def queue_ensure(self, names: Sequence[str], now: dt.datetime | None = None) -> None: ...
+
+    @abstractmethod
+    def queue_list(self) -> list[QueueRow]: ...
+
+    # -- notifications ------------------------------------------------------
+
+    @abstractmethod
+    def notify(self, channel: str, payloads: Sequence[str]) -> None:
+        """Send notifications, delivered when the surrounding transaction
+        commits. Engines without notifications do nothing."""
+
+    def listener(self) -> Listener:
+        """Open a dedicated connection for notifications."""
+        from django_hopper.exceptions import NotSupported
+
+        raise NotSupported(f"the {self.vendor} engine has no notifications; poll instead")

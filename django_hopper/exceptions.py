@@ -1,0 +1,78 @@
+"""Hopper's own exceptions.
+
+Engines translate driver errors into these at their boundary, so code above
+the engine never sees a psycopg or sqlite3 exception. Input errors subclass
+``ValueError`` so that callers validating forms can catch them as such.
+"""
+
+from __future__ import annotations
+
+
+class HopperError(Exception):
+    """Base class of every hopper exception."""
+
+
+class InvalidJob(HopperError, ValueError):
+    """An input to an API call is invalid; nothing was written.
+
+    ``field`` names the offending field, when there is one.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class UnknownJobKind(InvalidJob):
+    """A job kind that no registered job function answers to."""
+
+
+class UnknownQueue(InvalidJob):
+    """A queue name that is empty, malformed or not known where it must be."""
+
+
+class NotFound(HopperError, LookupError):
+    """The job (or batch, workflow, queue ...) does not exist."""
+
+
+class JobRunning(HopperError):
+    """The operation is not allowed on a running job."""
+
+
+class UniqueConflict(HopperError):
+    """A live job already holds the same kind and unique key."""
+
+
+class JobFenced(HopperError):
+    """The claim or lease no longer owns the job."""
+
+
+class JobNotClaimable(HopperError):
+    """The job cannot be claimed now (pending, expired, paused, ordered, finished)."""
+
+
+class JobLocked(HopperError):
+    """Another transaction holds the job's row and the caller asked not to wait."""
+
+
+class NotSupported(HopperError):
+    """The engine does not implement an optional capability."""
+
+
+class DatabaseError(HopperError):
+    """A database error that hopper could not attribute to the caller's input."""
+
+
+class JobFailed(HopperError):
+    """An awaited job finished without completing (canceled or discarded)."""
+
+    def __init__(self, message: str, *, job: object = None) -> None:
+        super().__init__(message)
+        self.job = job
+
+
+class JobCanceled(Exception):
+    """Raised inside a running job when its cancellation was requested.
+
+    Deliberately not a HopperError subclass a job might catch by accident.
+    """

@@ -1,0 +1,105 @@
+"""Migration operations for what Django's own cannot express.
+
+* History is a time-partitioned table on engines that support it (PostgreSQL),
+  so retention drops partitions instead of deleting rows. The model state is
+  Django's ordinary ``CreateModel``; only the DDL differs.
+* Some indexes only make sense on one engine (GIN on jsonb); they are gated by
+  the engine's capability flags, never by a vendor check here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import migrations
+
+
+def _features(schema_editor: Any) -> Any:
+    from django_hopper.engine import ENGINES
+
+    from django.utils.module_loading import import_string
+
+    path = ENGINES.get(schema_editor.connection.vendor)
+    if path is None:
+        return None
+    return import_string(path).features
+
+
+class CreatePartitionedModel(migrations.CreateModel):
+    """``CreateModel`` that builds a range-partitioned table (with a DEFAULT
+    partition) where the engine supports history partitions."""
+
+    def __init__(self, *args: Any, partition_key: str, **kwargs: Any) -> None:
+        self.partition_key = partition_key
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        name, args, kwargs = super().deconstruct()
+        kwargs["partition_key"] = self.partition_key
+        return name, args, kwargs
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        features = _features(schema_editor)
+        if not (features and features.supports_history_partitions):
+            return super().database_forwards(app_label, schema_editor, from_state, to_state)
+        model = to_state.apps.get_model(app_label, self.name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return None
+        qn = schema_editor.quote_name
+        table = model._meta.db_table
+        columns = []
+        all_params: list[Any] = []
+        for f in model._meta.local_fields:
+            definition, params = schema_editor.column_sql(model, f, include_default=False)
+            if definition is None:
+                continue
+            definition = definition.replace(" PRIMARY KEY", "")
+            columns.append(f"{qn(f.column)} {definition}")
+            all_params.extend(params or [])
+        pk = model._meta.pk.column
+        columns.append(f"PRIMARY KEY ({qn(pk)}, {qn(self.partition_key)})")
+        schema_editor.execute(
+            f"CREATE TABLE {qn(table)} ({', '.join(columns)}) "
+            f"PARTITION BY RANGE ({qn(self.partition_key)})",
+            all_params or None,
+        )
+        schema_editor.execute(
+            f"CREATE TABLE {qn(table + '_default')} PARTITION OF {qn(table)} DEFAULT"
+        )
+        for index in model._meta.indexes:
+            schema_editor.add_index(model, index)
+        for constraint in model._meta.constraints:
+            schema_editor.add_constraint(model, constraint)
+        return None
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        super().database_backwards(app_label, schema_editor, from_state, to_state)
+
+
+class RunSQLIf(migrations.RunSQL):
+    """``RunSQL`` applied only where the engine has the named capability."""
+
+    def __init__(self, feature: str, sql: Any, reverse_sql: Any = None, **kwargs: Any) -> None:
+        self.feature = feature
+        super().__init__(sql, reverse_sql, **kwargs)
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        name, args, kwargs = super().deconstruct()
+        kwargs["feature"] = self.feature
+        return name, args, kwargs
+
+    def _applies(self, schema_editor: Any) -> bool:
+        features = _features(schema_editor)
+        return bool(features and getattr(features, self.feature))
+
+    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                          to_state: Any) -> None:
+        if self._applies(schema_editor):
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
+                           to_state: Any) -> None:
+        if self._applies(schema_editor):
+            super().database_backwards(app_label, schema_editor, from_state, to_state)

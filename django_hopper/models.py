@@ -1,0 +1,286 @@
+"""The schema, as Django models: the source of truth for every hopper table.
+
+The ORM serves the admin and listings; the hot paths (insert, claim, finalize)
+run the engine's raw SQL against the same tables. Keep the two in step: a
+column the engine writes is declared here first, and `makemigrations --check`
+must stay clean.
+
+Times are stored in UTC. On SQLite, Django stores datetimes as text
+(``YYYY-MM-DD HH:MM:SS.ffffff``); the SQLite engine always writes the
+microseconds so that text order is time order.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class JobState(models.TextChoices):
+    """Where a job is in its life; see ARCHITECTURE.md for the state machine."""
+
+    PENDING = "pending", "pending"
+    AVAILABLE = "available", "available"
+    SCHEDULED = "scheduled", "scheduled"
+    RETRYABLE = "retryable", "retryable"
+    RUNNING = "running", "running"
+    COMPLETED = "completed", "completed"
+    CANCELED = "canceled", "canceled"
+    DISCARDED = "discarded", "discarded"
+
+
+LIVE_STATES: tuple[str, ...] = ("pending", "available", "scheduled", "retryable", "running")
+WAITING_STATES: tuple[str, ...] = ("pending", "available", "scheduled", "retryable")
+FINAL_STATES: tuple[str, ...] = ("completed", "canceled", "discarded")
+
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
+
+
+class JobBase(models.Model):
+    """Columns shared by live jobs and history.
+
+    ``id`` is a UUIDv7, so ID order is creation order. ``fence`` numbers the
+    job's claims and never repeats; every write an attempt makes is
+    conditional on it.
+    """
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    kind = models.CharField(max_length=255)
+    queue = models.CharField(max_length=128)
+    state = models.CharField(max_length=16, choices=JobState.choices)
+    priority = models.SmallIntegerField(default=0)
+    attempt = models.IntegerField(default=0)
+    max_attempts = models.IntegerField(default=25)
+    scheduled_at = models.DateTimeField()
+    attempted_at = models.DateTimeField(null=True, blank=True)
+    attempted_by = models.BigIntegerField(null=True, blank=True)
+    fence = models.BigIntegerField(default=0)
+    args = models.JSONField(default=dict, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    # A list of AttemptError objects: {"at", "attempt", "fence", "error", "trace", "rescue"}.
+    errors = models.JSONField(default=list, blank=True)
+    unique_key = models.CharField(max_length=255, null=True, blank=True)
+    ordering_key = models.CharField(max_length=255, null=True, blank=True)
+    partition_key = models.CharField(max_length=255, null=True, blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    batch_id = models.UUIDField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # The seed's JobInsertParams.Await: announce the finalize on the done channel.
+    awaited = models.BooleanField(default=False)
+    created_at = models.DateTimeField()
+    snooze_reason = models.TextField(null=True, blank=True)
+    # {"step": str, "cursor": <json> | null, "at": iso time} or null.
+    progress = models.JSONField(null=True, blank=True)
+    # Job leases (claim by ID): the random token that owns a running job with no
+    # client, and when that lease expires by database time.
+    lease_token = models.UUIDField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_renewed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} ({self.state})"
+
+
+class Job(JobBase):
+    """A live job: pending, available, scheduled, retryable or running."""
+
+    class Meta:
+        db_table = "hopper_job"
+        verbose_name = "live job"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=LIVE_STATES), name="hopper_job_state_live"
+            ),
+            models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
+                name="hopper_job_priority_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1, attempt__gte=0, fence__gte=0),
+                name="hopper_job_counts",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state="running") | Q(attempted_at__isnull=False),
+                name="hopper_job_running_attempted",
+            ),
+            models.CheckConstraint(
+                condition=Q(snooze_reason__isnull=True) | Q(state="scheduled"),
+                name="hopper_job_snooze_scheduled",
+            ),
+            models.CheckConstraint(
+                condition=~Q(queue=""), name="hopper_job_queue_not_empty"
+            ),
+            models.UniqueConstraint(
+                fields=["kind", "unique_key"],
+                condition=Q(unique_key__isnull=False),
+                name="hopper_job_unique_key",
+            ),
+        ]
+        indexes = [
+            # The claim: the best available jobs of a queue, in claim order.
+            models.Index(
+                "queue",
+                models.F("priority").desc(),
+                "scheduled_at",
+                "id",
+                condition=Q(state="available"),
+                name="hopper_job_claim",
+            ),
+            # Promotion of due scheduled / retryable jobs.
+            models.Index(
+                fields=["queue", "scheduled_at"],
+                condition=Q(state__in=("scheduled", "retryable")),
+                name="hopper_job_due",
+            ),
+            # Rescue and stats: running jobs per client.
+            models.Index(
+                fields=["attempted_by", "attempted_at"],
+                condition=Q(state="running"),
+                name="hopper_job_running",
+            ),
+            models.Index(
+                fields=["expires_at"],
+                condition=Q(expires_at__isnull=False),
+                name="hopper_job_expires",
+            ),
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(lease_expires_at__isnull=False),
+                name="hopper_job_lease",
+            ),
+            models.Index(
+                fields=["batch_id"],
+                condition=Q(batch_id__isnull=False),
+                name="hopper_job_batch",
+            ),
+            models.Index(
+                fields=["queue", "ordering_key", "id"],
+                condition=Q(ordering_key__isnull=False),
+                name="hopper_job_ordering",
+            ),
+            models.Index(fields=["kind", "id"], name="hopper_job_kind"),
+            models.Index(fields=["state", "queue", "id"], name="hopper_job_state"),
+        ]
+
+
+class JobHistory(JobBase):
+    """A finalized job: completed, canceled or discarded.
+
+    On PostgreSQL the table is partitioned by ``finalized_at`` (see the
+    initial migration), so retention drops whole partitions; the model still
+    names ``id`` as the key, which is unique in practice because a job is in
+    history at most once at a time.
+    """
+
+    finalized_at = models.DateTimeField()
+    output = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        db_table = "hopper_job_history"
+        verbose_name = "finished job"
+        verbose_name_plural = "job history"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=FINAL_STATES), name="hopper_history_state_final"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["kind", "unique_key"],
+                condition=Q(unique_key__isnull=False),
+                name="hopper_history_unique",
+            ),
+            models.Index(fields=["finalized_at"], name="hopper_history_finalized"),
+            models.Index(fields=["kind", "id"], name="hopper_history_kind"),
+            models.Index(fields=["state", "queue", "id"], name="hopper_history_state"),
+            models.Index(
+                fields=["batch_id"],
+                condition=Q(batch_id__isnull=False),
+                name="hopper_history_batch",
+            ),
+        ]
+
+
+class JobLog(models.Model):
+    """One attempt's log lines (seed ``AttemptLog``), kept apart from the hot job row."""
+
+    id = models.BigAutoField(primary_key=True)
+    job_id = models.UUIDField()
+    attempt = models.IntegerField()
+    snoozed = models.BooleanField(default=False)
+    log = models.TextField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "hopper_job_log"
+        indexes = [models.Index(fields=["job_id", "id"], name="hopper_job_log_job")]
+
+    def __str__(self) -> str:
+        return f"log of {self.job_id} attempt {self.attempt}"
+
+
+class Queue(models.Model):
+    """A known queue, its pause switch and its cluster-wide limits.
+
+    Unlimited, unpaused queues are never touched by the claim; the limited
+    claim path locks this row and keeps the rate limit's token bucket here.
+    """
+
+    name = models.CharField(max_length=128, primary_key=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    global_limit = models.IntegerField(null=True, blank=True)
+    rate_per_sec = models.FloatField(null=True, blank=True)
+    rate_burst = models.IntegerField(null=True, blank=True)
+    partition_limit = models.IntegerField(null=True, blank=True)
+    aging = models.DurationField(null=True, blank=True)
+    # Token bucket state of the rate limit.
+    rate_tokens = models.FloatField(null=True, blank=True)
+    rate_refilled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "hopper_queue"
+        constraints = [
+            models.CheckConstraint(condition=~Q(name=""), name="hopper_queue_name_not_empty"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Client(models.Model):
+    """A worker process's lease. A client whose lease expired is fenced."""
+
+    id = models.BigAutoField(primary_key=True)
+    hostname = models.CharField(max_length=255)
+    started_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    info = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        db_table = "hopper_client"
+        indexes = [models.Index(fields=["expires_at"], name="hopper_client_expires")]
+
+    def __str__(self) -> str:
+        return f"client {self.id} on {self.hostname}"
+
+
+class Leader(models.Model):
+    """The leader lease: at most one row per election name, held by one client."""
+
+    name = models.CharField(max_length=64, primary_key=True, default="default")
+    client_id = models.BigIntegerField()
+    elected_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "hopper_leader"
+
+    def __str__(self) -> str:
+        return f"leader {self.client_id}"

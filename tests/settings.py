@@ -1,0 +1,94 @@
+"""Settings for hopper's own test suite.
+
+``HOPPER_TEST_DATABASE`` picks the engine: ``sqlite`` (default) or
+``postgres``. PostgreSQL is reached through the ``PG*`` variables (``PGHOST``,
+``PGPORT``, ``PGUSER``, ``PGPASSWORD``), which ``scripts/testdb`` sets when it
+starts a throwaway server. Worker processes started by tests get
+``HOPPER_TEST_DB_NAME``, the name of the test database pytest-django created,
+so they work on the same data.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+SECRET_KEY = "hopper-tests"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ROOT_URLCONF = "tests.urls"
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_hopper",
+    "tests.testapp",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+ENGINE = os.environ.get("HOPPER_TEST_DATABASE", "sqlite")
+_db_name = os.environ.get("HOPPER_TEST_DB_NAME")
+
+if ENGINE == "postgres":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": _db_name or os.environ.get("PGDATABASE", "hopper"),
+            "HOST": os.environ.get("PGHOST", "127.0.0.1"),
+            "PORT": os.environ.get("PGPORT", "5432"),
+            "USER": os.environ.get("PGUSER", "root"),
+            "PASSWORD": os.environ.get("PGPASSWORD", ""),
+            "TEST": {"NAME": "test_hopper_" + os.environ.get("HOPPER_TEST_DB_SUFFIX", "main")},
+        }
+    }
+elif ENGINE == "sqlite":
+    _file = str(BASE_DIR / f".test-{os.environ.get('HOPPER_TEST_DB_SUFFIX', 'main')}.sqlite3")
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": _db_name or _file,
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            # A file, not :memory:, so that worker processes share it.
+            "TEST": {"NAME": _file},
+        }
+    }
+else:
+    raise RuntimeError(f"HOPPER_TEST_DATABASE must be sqlite or postgres, not {ENGINE!r}")
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+HOPPER = {
+    "QUEUES": {"default": 10},
+    "POLL_INTERVAL": 0.2,
+    "IMPORTS": ["tests.testapp.jobs"],
+}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_hopper": {"handlers": ["console"], "level": "WARNING"}},
+}
