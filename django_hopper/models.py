@@ -78,6 +78,8 @@ class JobBase(models.Model):
     lease_token = models.UUIDField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     lease_renewed_at = models.DateTimeField(null=True, blank=True)
+    # The job's step name within its workflow (WorkflowInsertParams.Steps), or null.
+    step = models.CharField(max_length=255, null=True, blank=True)
 
     class Meta:
         abstract = True
@@ -284,3 +286,145 @@ class Leader(models.Model):
 
     def __str__(self) -> str:
         return f"leader {self.client_id}"
+
+
+class Batch(models.Model):
+    """A batch (or the batch behind a workflow): progress and callbacks.
+
+    Finalizing statements never update this row (that would serialize them);
+    they append :class:`BatchProgress` rows, which ``batch_settle`` folds in.
+    """
+
+    id = models.UUIDField(primary_key=True, editable=False)
+    # Set for workflows.
+    name = models.CharField(max_length=255, null=True, blank=True)
+    is_workflow = models.BooleanField(default=False)
+    total = models.IntegerField()
+    # Jobs not yet finalized, and those canceled or discarded, as last folded.
+    pending = models.IntegerField()
+    failed = models.IntegerField(default=0)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    metadata = models.JSONField(default=dict, blank=True)
+    # Callback jobs (serialized JobInsertParams) inserted at completion.
+    on_success = models.JSONField(null=True, blank=True)
+    on_failure = models.JSONField(null=True, blank=True)
+    on_complete = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        db_table = "hopper_batch"
+        verbose_name_plural = "batches"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(total__gte=0, pending__gte=0, failed__gte=0),
+                name="hopper_batch_counts",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["id"], condition=Q(completed_at__isnull=True), name="hopper_batch_open"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or str(self.id)
+
+
+class BatchProgress(models.Model):
+    """Progress a finalize recorded for a batch, not yet folded into it."""
+
+    id = models.BigAutoField(primary_key=True)
+    batch_id = models.UUIDField()
+    done = models.IntegerField()
+    failed = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "hopper_batch_progress"
+        indexes = [models.Index(fields=["batch_id"], name="hopper_batch_progress_batch")]
+
+
+class DependencyFailure(models.TextChoices):
+    """What a dependent does when a dependency is canceled or discarded."""
+
+    #: The dependent is canceled too (and so on down the graph).
+    CANCEL = "cancel", "cancel"
+    #: The dependent is discarded.
+    DISCARD = "discard", "discard"
+    #: The dependent runs anyway, and can read the dependency's state.
+    RUN = "run", "run"
+
+
+class JobDependency(models.Model):
+    """An edge of a workflow: ``job_id`` waits for ``depends_on``."""
+
+    id = models.BigAutoField(primary_key=True)
+    workflow_id = models.UUIDField()
+    job_id = models.UUIDField()
+    depends_on = models.UUIDField()
+    on_failure = models.CharField(
+        max_length=16, choices=DependencyFailure.choices, default=DependencyFailure.CANCEL
+    )
+    reads = models.BooleanField(default=False)
+
+    class Meta:
+        db_table = "hopper_job_dependency"
+        constraints = [
+            models.UniqueConstraint(fields=["job_id", "depends_on"], name="hopper_dep_edge"),
+            models.CheckConstraint(
+                condition=~Q(job_id=models.F("depends_on")), name="hopper_dep_not_self"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["depends_on"], name="hopper_dep_depends_on"),
+            models.Index(fields=["workflow_id"], name="hopper_dep_workflow"),
+        ]
+
+
+class DependencyResult(models.Model):
+    """The final state and output of a workflow job that a dependent reads."""
+
+    job_id = models.UUIDField(primary_key=True)
+    workflow_id = models.UUIDField()
+    step = models.CharField(max_length=255, null=True, blank=True)
+    state = models.CharField(max_length=16, choices=JobState.choices)
+    output = models.JSONField(null=True, blank=True)
+    finalized_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "hopper_dependency_result"
+        indexes = [models.Index(fields=["workflow_id"], name="hopper_dep_result_workflow")]
+
+
+class PeriodicSlot(models.Model):
+    """The last slot inserted for a periodic job: a slot produces one job at most."""
+
+    name = models.CharField(max_length=255, primary_key=True)
+    last_slot = models.DateTimeField()
+    job_id = models.UUIDField(null=True, blank=True)
+    inserted_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "hopper_periodic_slot"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PeriodicRegistration(models.Model):
+    """A periodic job as a live client declared it (definition and digest)."""
+
+    id = models.BigAutoField(primary_key=True)
+    client_id = models.BigIntegerField()
+    name = models.CharField(max_length=255)
+    definition = models.JSONField()
+    digest = models.CharField(max_length=128)
+    registered_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "hopper_periodic_registration"
+        constraints = [
+            models.UniqueConstraint(fields=["client_id", "name"], name="hopper_periodic_reg"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
