@@ -16,7 +16,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     errors: list[Any] = []
     user = getattr(settings, "HOPPER", None) or {}
     if not isinstance(user, dict):
-        return [Error("HOPPER must be a dict.", hint="Set HOPPER = {...} in settings.", id="hopper.E001")]
+        return [
+            Error(
+                "HOPPER must be a dict.", hint="Set HOPPER = {...} in settings.", id="hopper.E001"
+            )
+        ]
     for key in user:
         if key not in DEFAULTS:
             errors.append(
@@ -74,22 +78,35 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         for name, conc in queues.items():
             if not isinstance(name, str) or not QUEUE_RE.match(name):
                 errors.append(
-                    Error(f"HOPPER['QUEUES'] has a malformed queue name {name!r}.",
-                          hint="Use letters, digits, '_', '-', '.' and ':' (at most 128).",
-                          id="hopper.E006")
+                    Error(
+                        f"HOPPER['QUEUES'] has a malformed queue name {name!r}.",
+                        hint="Use letters, digits, '_', '-', '.' and ':' (at most 128).",
+                        id="hopper.E006",
+                    )
                 )
             if not isinstance(conc, int) or isinstance(conc, bool) or conc < 1:
                 errors.append(
-                    Error(f"HOPPER['QUEUES'][{name!r}] must be a positive integer, not {conc!r}.",
-                          hint="The concurrency is how many jobs of the queue one worker runs at once.",
-                          id="hopper.E007")
+                    Error(
+                        f"HOPPER['QUEUES'][{name!r}] must be a positive integer, not {conc!r}.",
+                        hint="The concurrency is how many jobs of the queue a worker runs at once.",
+                        id="hopper.E007",
+                    )
                 )
-    for key in ("POLL_INTERVAL", "CLIENT_TTL", "HEARTBEAT_INTERVAL", "LEADER_TTL",
-                "SHUTDOWN_TIMEOUT", "MAINTENANCE_INTERVAL"):
+    for key in (
+        "POLL_INTERVAL",
+        "CLIENT_TTL",
+        "HEARTBEAT_INTERVAL",
+        "LEADER_TTL",
+        "SHUTDOWN_TIMEOUT",
+        "MAINTENANCE_INTERVAL",
+    ):
         value = user.get(key, DEFAULTS[key])
         if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
             errors.append(
-                Error(f"HOPPER[{key!r}] must be a positive number of seconds, not {value!r}.",
-                      hint="Give a number of seconds, e.g. 1.0.", id="hopper.E008")
+                Error(
+                    f"HOPPER[{key!r}] must be a positive number of seconds, not {value!r}.",
+                    hint="Give a number of seconds, e.g. 1.0.",
+                    id="hopper.E008",
+                )
             )
     return errors

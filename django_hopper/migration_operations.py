@@ -15,9 +15,9 @@ from django.db import migrations
 
 
 def _features(schema_editor: Any) -> Any:
-    from django_hopper.engine import ENGINES
-
     from django.utils.module_loading import import_string
+
+    from django_hopper.engine import ENGINES
 
     path = ENGINES.get(schema_editor.connection.vendor)
     if path is None:
@@ -38,8 +38,9 @@ class CreatePartitionedModel(migrations.CreateModel):
         kwargs["partition_key"] = self.partition_key
         return name, args, kwargs
 
-    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                          to_state: Any) -> None:
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
         features = _features(schema_editor)
         if not (features and features.supports_history_partitions):
             return super().database_forwards(app_label, schema_editor, from_state, to_state)
@@ -73,8 +74,9 @@ class CreatePartitionedModel(migrations.CreateModel):
             schema_editor.add_constraint(model, constraint)
         return None
 
-    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                           to_state: Any) -> None:
+    def database_backwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
         super().database_backwards(app_label, schema_editor, from_state, to_state)
 
 
@@ -94,12 +96,14 @@ class RunSQLIf(migrations.RunSQL):
         features = _features(schema_editor)
         return bool(features and getattr(features, self.feature))
 
-    def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                          to_state: Any) -> None:
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
         if self._applies(schema_editor):
             super().database_forwards(app_label, schema_editor, from_state, to_state)
 
-    def database_backwards(self, app_label: str, schema_editor: Any, from_state: Any,
-                           to_state: Any) -> None:
+    def database_backwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
         if self._applies(schema_editor):
             super().database_backwards(app_label, schema_editor, from_state, to_state)

@@ -114,9 +114,7 @@ class Job(JobBase):
                 condition=Q(snooze_reason__isnull=True) | Q(state="scheduled"),
                 name="hopper_job_snooze_scheduled",
             ),
-            models.CheckConstraint(
-                condition=~Q(queue=""), name="hopper_job_queue_not_empty"
-            ),
+            models.CheckConstraint(condition=~Q(queue=""), name="hopper_job_queue_not_empty"),
             models.UniqueConstraint(
                 fields=["kind", "unique_key"],
                 condition=Q(unique_key__isnull=False),

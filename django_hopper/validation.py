@@ -12,7 +12,6 @@ import re
 from typing import Any
 
 from django_hopper.exceptions import InvalidJob, UnknownQueue
-from django_hopper.models import PRIORITY_MAX, PRIORITY_MIN
 
 QUEUE_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 
@@ -31,6 +30,14 @@ def queue_name(value: Any, field: str = "queue") -> str:
 
 
 def priority(value: Any) -> int:
+    """Return a priority in the Tasks range or raise InvalidJob.
+
+    The range is imported here, not at module level, so that ``@job`` can
+    validate while the app registry is still loading (models cannot be
+    imported then).
+    """
+    from django_hopper.models import PRIORITY_MAX, PRIORITY_MIN
+
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidJob(f"priority must be an integer, not {value!r}", field="priority")
     if not PRIORITY_MIN <= value <= PRIORITY_MAX:
@@ -42,13 +49,16 @@ def priority(value: Any) -> int:
 
 
 def max_attempts(value: Any) -> int:
+    """Return a maximum number of attempts (at least 1) or raise InvalidJob."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidJob(f"max_attempts must be an integer of at least 1, not {value!r}",
-                         field="max_attempts")
+        raise InvalidJob(
+            f"max_attempts must be an integer of at least 1, not {value!r}", field="max_attempts"
+        )
     return value
 
 
 def aware(value: Any, field: str) -> dt.datetime:
+    """Return an aware datetime in UTC; refuse naive ones, whose zone is a guess."""
     if not isinstance(value, dt.datetime):
         raise InvalidJob(f"{field} must be a datetime or timedelta, not {value!r}", field=field)
     if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
@@ -57,6 +67,7 @@ def aware(value: Any, field: str) -> dt.datetime:
 
 
 def positive_duration(value: Any, field: str) -> dt.timedelta:
+    """Return a positive timedelta (numbers are seconds) or raise InvalidJob."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = dt.timedelta(seconds=value)
     if not isinstance(value, dt.timedelta) or value <= dt.timedelta(0):
@@ -74,15 +85,19 @@ def json_value(value: Any, field: str) -> Any:
 
 
 def key(value: Any, field: str) -> str | None:
+    """Return a unique, ordering or partition key (None for no key) or raise InvalidJob."""
     if value is None:
         return None
     if not isinstance(value, str) or not value or len(value) > 255:
-        raise InvalidJob(f"{field} must be a non-empty string of at most 255 characters, "
-                         f"not {value!r}", field=field)
+        raise InvalidJob(
+            f"{field} must be a non-empty string of at most 255 characters, not {value!r}",
+            field=field,
+        )
     return value
 
 
 def tags(value: Any) -> tuple[str, ...]:
+    """Return distinct, non-empty tags in their first order or raise InvalidJob."""
     if value is None:
         return ()
     if isinstance(value, str) or not all(isinstance(t, str) and t for t in value):
@@ -91,3 +106,56 @@ def tags(value: Any) -> tuple[str, ...]:
     for t in value:
         seen.setdefault(t, None)
     return tuple(seen)
+
+
+def json_normalize(value: Any, field: str) -> Any:
+    """Return ``value`` as it will read back from the database, or raise InvalidJob.
+
+    A job runs later, in another process, with its arguments read back from a
+    JSON column, so anything that would come back as something else is refused
+    now, at enqueue, instead of failing (or silently changing) at run time.
+    Tuples become lists, as JSON has only arrays; dictionary keys must be
+    strings, and floats finite. ``field`` is the path reported in the error
+    (``kwargs['when']``, ``args[0]``, ``metadata['x'][1]``).
+    """
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise InvalidJob(f"{field} must be a finite number, not {value!r}", field=field)
+        return value
+    if isinstance(value, list | tuple):
+        return [json_normalize(item, f"{field}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise InvalidJob(
+                    f"{field} has the key {k!r}; JSON object keys must be strings", field=field
+                )
+            out[k] = json_normalize(item, f"{field}[{k!r}]")
+        return out
+    raise InvalidJob(
+        f"{field} must be JSON (None, bool, int, float, str, list or dict of them), "
+        f"not {type(value).__name__} {value!r}",
+        field=field,
+    )
+
+
+def unique_finished(value: Any) -> tuple[str, ...]:
+    """Return finished states a history job may be in to count as a duplicate."""
+    from django_hopper.models import FINAL_STATES
+
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = (value,)
+    states = tuple(dict.fromkeys(value))
+    for state in states:
+        if state not in FINAL_STATES:
+            raise InvalidJob(
+                f"unique_finished must name finished states ({', '.join(FINAL_STATES)}), "
+                f"not {state!r}",
+                field="unique_finished",
+            )
+    return states
