@@ -10,4 +10,4 @@ class HopperConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_hopper import checks  # noqa: F401  (registers the system checks)
+        from django_hopper import checks, periodic  # noqa: F401  (register the system checks)

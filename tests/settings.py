@@ -92,3 +92,6 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_hopper": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+# Worker processes started by the runtime tests get short leases and intervals.
+HOPPER.update(__import__("json").loads(os.environ.get("HOPPER_TEST_OVERRIDES", "{}")))

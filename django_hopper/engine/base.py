@@ -695,3 +695,209 @@ class BaseEngine(ABC):
         from django_hopper.exceptions import NotSupported
 
         raise NotSupported(f"the {self.vendor} engine has no notifications; poll instead")
+
+
+# -- periodic, history, upkeep (issue 6) --------------------------------------
+#
+# The seed's PeriodicInsert, PeriodicLastSlots, PeriodicRegister(ations),
+# HistoryMaintain, HistoryIndex and JobsMaintain. Engines implement them in
+# mixins (``engine/*/periodic.py`` and ``engine/*/history.py``) listed before
+# BaseEngine in the engine class's bases.
+
+
+@dataclass(slots=True, frozen=True)
+class PeriodicInsertParams:
+    #: The periodic job's name, the key of its slot row.
+    name: str
+    #: The slot the job is for; inserted only if later than the recorded last slot.
+    slot: dt.datetime
+    job: JobInsertParams
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class PeriodicRegistration:
+    """A periodic job as one client declares it."""
+
+    name: str
+    #: The definition as JSON (django_hopper.periodic.PeriodicDefinition.to_json()).
+    definition: JSON
+    #: sha256 of the definition's canonical JSON.
+    digest: str
+
+
+@dataclass(slots=True, frozen=True)
+class PeriodicRegisterParams:
+    client_id: int
+    registrations: Sequence[PeriodicRegistration]
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class PeriodicRegistrationRow:
+    name: str
+    definition: JSON
+    digest: str
+    client_id: int
+    client_started_at: dt.datetime
+    registered_at: dt.datetime
+
+
+@dataclass(slots=True, frozen=True)
+class HistoryMaintainParams:
+    #: How long completed jobs are kept.
+    completed_retention: dt.timedelta
+    #: How long canceled and discarded jobs are kept.
+    failed_retention: dt.timedelta
+    #: How long creating or dropping a storage unit waits for its lock; what
+    #: cannot lock in time is deferred. Zero means the engine's default (100 ms).
+    lock_timeout: dt.timedelta = dt.timedelta(0)
+    #: Partitions (days) prepared ahead of today, today included as day 0.
+    create_ahead: int = 3
+    #: Create missing partitions / drop expired ones (``hopper_partitions`` picks).
+    create: bool = True
+    drop: bool = True
+    #: Delete expired rows individually (outside partition drops).
+    prune: bool = True
+    #: Rows deleted individually per statement, and at most this many statements a pass.
+    chunk_size: int = 5_000
+    max_chunks: int = 20
+    #: A partition past the shorter retention only is dropped if at most this
+    #: many of its rows are still within their own (longer) retention: those
+    #: move to the DEFAULT partition. Otherwise it is kept until the longer one.
+    move_limit: int = 10_000
+    #: Report what would change and change nothing (``pruned`` then counts the
+    #: rows a pass would delete, up to chunk_size * max_chunks).
+    dry_run: bool = False
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class HistoryMaintainResult:
+    #: Storage units (partitions on PostgreSQL) created and dropped.
+    created: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    #: Units whose creation or drop could not get its lock within lock_timeout;
+    #: a later pass retries them.
+    deferred: list[str] = field(default_factory=list)
+    #: Units past the shorter retention kept because too many of their rows are
+    #: still within the longer one; their expired rows are pruned instead.
+    kept: list[str] = field(default_factory=list)
+    #: Jobs deleted individually, outside partition drops.
+    pruned: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class HistoryIndexParams:
+    #: Storage units (partitions) to leave for a later pass.
+    skip: tuple[str, ...] = ()
+    #: How long attaching a built index waits for its lock; zero: 100 ms.
+    lock_timeout: dt.timedelta = dt.timedelta(0)
+    #: Bounds each build (``statement_timeout``); zero keeps the session's.
+    statement_timeout: dt.timedelta = dt.timedelta(0)
+
+
+@dataclass(slots=True)
+class HistoryIndexResult:
+    #: Indexes built and attached this pass ("<partition>.<index>").
+    built: list[str] = field(default_factory=list)
+    #: Partitions whose build ran past the statement timeout (what it left is removed).
+    timed_out: list[str] = field(default_factory=list)
+    #: Parent indexes still invalid after the pass although every partition is indexed.
+    invalid: list[str] = field(default_factory=list)
+    #: Builds or attaches that could not lock in time; a later pass retries them.
+    deferred: list[str] = field(default_factory=list)
+    #: Set when another session holds the build lock: the index this pass would
+    #: have built next. Nothing waited.
+    busy: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class JobsMaintainParams:
+    #: VACUUM a hot table once it has this many dead tuples.
+    vacuum_dead_tuples: int = 100_000
+    #: ANALYZE once this many rows changed since the last analyze ...
+    analyze_changes: int = 100_000
+    #: ... or when the planner's row estimate is off by this factor ...
+    analyze_ratio: float = 10.0
+    #: ... for a table of at least this many rows (either estimate).
+    analyze_min_rows: int = 1_000
+
+
+@dataclass(slots=True)
+class JobsMaintainResult:
+    #: Whether the live job table was vacuumed / analyzed.
+    vacuumed: bool = False
+    analyzed: bool = False
+    #: What was done per hot table: "vacuumed", "analyzed" or "failed: <error>".
+    tables: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class HistoryPartitionRow:
+    """One partition of history, for ``hopper_partitions``."""
+
+    name: str
+    #: The day range of a partition hopper named; None for DEFAULT or foreign ones.
+    lower: dt.datetime | None
+    upper: dt.datetime | None
+    #: The planner's estimate (reltuples), -1 if never analyzed.
+    rows_estimate: int
+    is_default: bool
+    #: The bound as PostgreSQL prints it.
+    bound: str = ""
+
+
+class PeriodicHistoryContract:
+    """Periodic slots, history retention and live-table upkeep (seed semantics).
+
+    Ordinary methods, so that engines gain them one at a time through their
+    mixins; an engine without one raises NotImplementedError.
+    """
+
+    def periodic_insert(self, params: PeriodicInsertParams) -> tuple[JobRow | None, bool]:
+        """Insert the job of a slot unless that slot (or a later one) was inserted.
+
+        Atomic: of two leaders inserting the same slot, one inserts and the
+        other gets ``(None, False)``; a slot produces at most one job. Returns
+        the job and True when inserted; ``(existing, False)`` when the job was a
+        unique-key duplicate (the slot is still recorded).
+        """
+        raise NotImplementedError
+
+    def periodic_last_slots(self) -> dict[str, dt.datetime]:
+        """Return the last inserted slot per periodic job name."""
+        raise NotImplementedError
+
+    def periodic_register(self, params: PeriodicRegisterParams) -> None:
+        """Replace a client's registrations atomically.
+
+        Records none for a client whose lease expired or whose row is gone, and
+        deletes the registrations of clients whose row is gone.
+        """
+        raise NotImplementedError
+
+    def periodic_registrations(
+        self, now: dt.datetime | None = None
+    ) -> list[PeriodicRegistrationRow]:
+        """Return the registrations of clients whose lease has not expired."""
+        raise NotImplementedError
+
+    def history_maintain(self, params: HistoryMaintainParams) -> HistoryMaintainResult:
+        """Enforce retention on history and prepare storage ahead; idempotent."""
+        raise NotImplementedError
+
+    def history_partitions(self) -> list[HistoryPartitionRow]:
+        """List history's storage units: its partitions, or the one table with its row count."""
+        raise NotImplementedError
+
+    def history_index(self, params: HistoryIndexParams) -> HistoryIndexResult:
+        """Build indexes declared on history for partitions that lack them.
+
+        Runs outside any transaction (concurrent builds); idempotent.
+        """
+        raise NotImplementedError
+
+    def jobs_maintain(self, params: JobsMaintainParams | None = None) -> JobsMaintainResult:
+        """Vacuum / analyze the hot tables when they need it, never waiting for a lock."""
+        raise NotImplementedError

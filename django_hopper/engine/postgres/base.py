@@ -1,11 +1,21 @@
-"""The PostgreSQL engine: psycopg 3 through Django's connection."""
+"""The PostgreSQL engine: psycopg 3 through Django's connection.
+
+The class is composed from mixins (jobs, and everything else) that share the
+query helpers of :mod:`~django_hopper.engine.postgres.support`; all SQL lives
+in ``queries/*.sql``.
+"""
 
 from __future__ import annotations
 
-from django_hopper.engine.base import BaseEngine, EngineFeatures
+from django_hopper.engine.base import EngineFeatures
+from django_hopper.engine.postgres.clients import ClientsMixin
+from django_hopper.engine.postgres.history import PostgresPeriodicHistoryMixin
+from django_hopper.engine.postgres.jobs import JobsMixin
 
 
-class PostgresEngine(BaseEngine):
+class PostgresEngine(JobsMixin, ClientsMixin, PostgresPeriodicHistoryMixin):
+    """Hopper on PostgreSQL: SKIP LOCKED claims, COPY inserts, LISTEN/NOTIFY wake-ups."""
+
     vendor = "postgresql"
     features = EngineFeatures(
         supports_copy=True,

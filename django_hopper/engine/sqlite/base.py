@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from django_hopper.engine.base import BaseEngine, EngineFeatures
+from django_hopper.engine.base import EngineFeatures
+from django_hopper.engine.sqlite.clients import ClientsMixin
+from django_hopper.engine.sqlite.history import SQLitePeriodicHistoryMixin
+from django_hopper.engine.sqlite.jobs import JobsMixin
 
 
-class SQLiteEngine(BaseEngine):
+class SQLiteEngine(JobsMixin, ClientsMixin, SQLitePeriodicHistoryMixin):
+    """The embedded engine: polling for wake-ups, a single writer for exclusivity.
+
+    Every method runs on the Django connection of the engine's alias, so inside
+    ``transaction.atomic()`` it joins the caller's transaction.
+    """
+
     vendor = "sqlite"
     features = EngineFeatures(single_writer=True)

@@ -1,0 +1,810 @@
+"""Run the benchmark: ``python -m bench.run --engine postgres|sqlite|both --scale 1.0``.
+
+Each run measures the raw-SQL bound and hopper in the same process, one after
+the other, on the same tables, and prints one table with every hopper figure
+beside its bound as a ratio. ``--engine both`` runs each engine in a child
+process of its own (Django settings are per process) and merges their JSON.
+See docs/benchmark.md for what each figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+RESULTS_DIR = BASE_DIR / "bench-results"
+
+#: Full-size counts (``--scale 1``); each is multiplied by --scale, with a floor
+#: so that a small development run still measures something.
+SIZES: dict[str, tuple[int, int]] = {
+    # name: (full size, floor)
+    "cycle": (20_000, 2_000),
+    "insert_one": (5_000, 300),
+    "insert_multi": (50_000, 5_000),
+    "processing": (20_000, 2_000),
+    "waiting_small": (100_000, 1_000),
+    "waiting_large": (1_000_000, 10_000),
+    "history": (1_000_000, 10_000),
+    "memory": (100_000, 5_000),
+}
+LATENCY_JOBS = 200
+LATENCY_GAP = 0.020
+WORKER_QUEUES = "bench:10"
+RESET_TABLES = (
+    "hopper_job",
+    "hopper_job_history",
+    "hopper_job_log",
+    "hopper_client",
+    "hopper_leader",
+)
+
+
+def size(name: str, scale: float) -> int:
+    """Return the count of one workload at this scale."""
+    full, floor = SIZES[name]
+    return max(floor, int(full * scale))
+
+
+# ---------------------------------------------------------------------------
+# Child processes
+
+
+def worker_env() -> dict[str, str]:
+    """Return the environment of worker subprocesses: this process's, with bench settings."""
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    env["PYTHONPATH"] = str(BASE_DIR) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def worker_command(*, burst: bool, queues: str = WORKER_QUEUES) -> list[str]:
+    """Return the command line of one ``hopper_worker`` process."""
+    cmd = [sys.executable, "-m", "django", "hopper_worker", "--queues", queues]
+    if burst:
+        cmd.append("--burst")
+    return cmd
+
+
+def read_status(pid: int) -> dict[str, int]:
+    """Return VmRSS and VmHWM of a process in kB (empty once it has exited)."""
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    key, value = line.split(":", 1)
+                    out[key] = int(value.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+class Children:
+    """Worker subprocesses, reaped with ``wait4`` so each one's own rusage is read exactly."""
+
+    def __init__(self, commands: list[list[str]], log: Path) -> None:
+        self.log = open(log, "ab")  # noqa: SIM115 - closed in wait()
+        self.started = time.perf_counter()
+        self.procs = [
+            subprocess.Popen(
+                cmd, cwd=BASE_DIR, env=worker_env(), stdout=self.log, stderr=subprocess.STDOUT
+            )
+            for cmd in commands
+        ]
+        self.cpu = 0.0
+        self.ended = 0.0
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def signal(self, signum: int) -> None:
+        """Send a signal to every child still running."""
+        for p in self.procs:
+            if p.returncode is None:
+                p.send_signal(signum)
+
+    def wait(self, timeout: float = 900.0, tick: Callable[[], None] | None = None) -> float:
+        """Reap every child, calling ``tick`` between polls; return their CPU seconds.
+
+        Raises if a child fails or outlives ``timeout`` (after killing it).
+        """
+        deadline = time.monotonic() + timeout
+        pending = list(self.procs)
+        while pending:
+            for p in list(pending):
+                pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+                if pid:
+                    p.returncode = os.waitstatus_to_exitcode(status)
+                    self.cpu += usage.ru_utime + usage.ru_stime
+                    pending.remove(p)
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                for p in pending:
+                    p.kill()
+                raise RuntimeError(f"worker did not finish within {timeout}s; see {self.log.name}")
+            if tick is not None:
+                tick()
+            time.sleep(0.005)
+        self.ended = time.perf_counter()
+        self.log.close()
+        failed = [p.returncode for p in self.procs if p.returncode]
+        if failed:
+            raise RuntimeError(f"worker exited with {failed}; see {self.log.name}")
+        return self.cpu
+
+
+# ---------------------------------------------------------------------------
+# The suite of one engine
+
+
+class Suite:
+    """Every measurement of one engine, on the database bench.settings names."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from django.db import connection
+
+        self.args = args
+        self.scale: float = args.scale
+        self.vendor: str = connection.vendor
+        self.engine_name = "postgres" if self.vendor == "postgresql" else "sqlite"
+        if self.vendor == "postgresql":
+            s = connection.settings_dict
+            self.target: Any = {
+                "host": s["HOST"], "port": s["PORT"], "user": s["USER"],
+                "password": s["PASSWORD"], "dbname": s["NAME"],
+            }  # fmt: skip
+        else:
+            self.target = connection.settings_dict["NAME"]
+        self.log = RESULTS_DIR / f"worker-{self.engine_name}.log"
+        self.startup_cpu = 0.0
+
+    # -- database housekeeping (setup, never measured) ----------------------------
+
+    def sql(self, statement: str, params: list[Any] | None = None) -> None:
+        """Run one setup statement on a fresh raw connection, committed."""
+        from bench import raw
+
+        if self.vendor == "postgresql":
+            with raw.pg_connect(self.target) as conn:
+                conn.execute(statement, params)
+        else:
+            conn = raw.sqlite_connect(self.target)
+            conn.execute(statement, params or [])
+            conn.close()
+
+    def reset(self) -> None:
+        """Empty the tables a measurement touches, so each starts from the same state."""
+        from django.db import connections
+
+        connections.close_all()
+        if self.vendor == "postgresql":
+            self.sql(f"TRUNCATE {', '.join(RESET_TABLES)}")
+        else:
+            for table in RESET_TABLES:
+                self.sql(f"DELETE FROM {table}")
+
+    def seed(
+        self,
+        *,
+        queue: str,
+        n: int,
+        state: str = "available",
+        delay_days: int = 0,
+        history: bool = False,
+    ) -> None:
+        """Insert ``n`` rows in SQL (generate_series / a recursive CTE)."""
+        from bench import raw
+
+        if n <= 0:
+            return
+        statement, params = raw.seed_sql(
+            self.vendor, queue=queue, state=state, n=n, delay_days=delay_days, history=history
+        )
+        self.sql(statement, params)
+
+    def settle(self) -> None:
+        """Vacuum and analyze after a large load, as autovacuum would have by then."""
+        if self.vendor == "postgresql":
+            self.sql("VACUUM ANALYZE hopper_job")
+            self.sql("VACUUM ANALYZE hopper_job_history")
+        else:
+            self.sql("ANALYZE")
+
+    def progress(self, message: str) -> None:
+        """Print a progress line (to stderr, so the tables stay clean on stdout)."""
+        if not self.args.quiet:
+            stamp = time.strftime("%H:%M:%S")
+            print(f"  [{stamp} {self.engine_name}] {message}", file=sys.stderr, flush=True)
+
+    # -- 5. the raw-SQL bound -----------------------------------------------------
+
+    def measure_raw(self) -> dict[str, Any]:
+        """Measure the claim-and-finalize cycle on 1 and 2 connections, and raw inserts."""
+        from bench import raw
+
+        out: dict[str, Any] = {}
+        n = size("cycle", self.scale)
+        for conns in (1, 2):
+            self.reset()
+            self.seed(queue=raw.RAW_QUEUE, n=n)
+            self.settle()
+            self.progress(f"raw cycle, {conns} connection(s), {n:,} jobs")
+            done, seconds = raw.run_cycle(self.vendor, self.target, conns)
+            out[f"cycle_{conns}conn"] = rate(done, seconds)
+            if done != n:
+                out[f"cycle_{conns}conn"]["warning"] = f"claimed {done} of {n}"
+        self.reset()
+        n = size("insert_one", self.scale)
+        self.progress(f"raw one-row inserts, {n:,}")
+        out["insert_one"] = rate(n, raw.insert_one_by_one(self.vendor, self.target, n))
+        self.reset()
+        n = size("insert_multi", self.scale)
+        self.progress(f"raw multi-row inserts, {n:,}")
+        out["insert_multi"] = rate(n, raw.insert_multi_row(self.vendor, self.target, n))
+        self.reset()
+        return out
+
+    # -- 1. enqueue -----------------------------------------------------------------
+
+    def measure_enqueue(self) -> dict[str, Any]:
+        """Measure enqueue through the public API (and the engine, for unique batches)."""
+        import dataclasses
+
+        from django.db import transaction
+
+        from bench.jobs import noop
+        from django_hopper.engine import get_engine
+        from django_hopper.engine.base import JobInsertOpts
+
+        out: dict[str, Any] = {}
+        n = size("insert_one", self.scale)
+        self.reset()
+        self.progress(f"enqueue() one per transaction, {n:,}")
+        start = time.perf_counter()
+        for _ in range(n):
+            with transaction.atomic():
+                noop.enqueue()
+        out["one_per_tx"] = rate(n, time.perf_counter() - start)
+
+        self.reset()
+        self.progress(f"enqueue() with a unique key, one per transaction, {n:,}")
+        start = time.perf_counter()
+        for i in range(n):
+            with transaction.atomic():
+                noop.using(unique_key=f"one-{i}").enqueue()
+        out["unique_one_per_tx"] = rate(n, time.perf_counter() - start)
+
+        m = size("insert_multi", self.scale)
+        batches = [min(1000, m - i) for i in range(0, m, 1000)]
+        self.reset()
+        self.progress(f"enqueue_many, batches of 1,000, {m:,}")
+        start = time.perf_counter()
+        for b in batches:
+            with transaction.atomic():
+                noop.enqueue_many([{}] * b)
+        out["many_1000"] = rate(m, time.perf_counter() - start)
+
+        # enqueue_many gives every item the function's options, so one call cannot
+        # carry 1,000 different unique keys: measure the engine's batch insert, which
+        # is what such a call would run.
+        self.reset()
+        self.progress(f"engine job_insert_many with unique keys, batches of 1,000, {m:,}")
+        engine = get_engine()
+        opts = JobInsertOpts(notify=True)
+        start = time.perf_counter()
+        for j, b in enumerate(batches):
+            template = noop.insert_params((), {})
+            params = [dataclasses.replace(template, unique_key=f"many-{j}-{i}") for i in range(b)]
+            with transaction.atomic():
+                engine.job_insert_many(params, opts)
+        out["unique_many_1000"] = rate(m, time.perf_counter() - start)
+        self.reset()
+        return out
+
+    # -- 2. processing, 3. latency, 6. memory -------------------------------------------
+
+    def measure_startup(self) -> None:
+        """Measure the CPU a burst worker spends with nothing to do (startup and exit).
+
+        It is subtracted from the CPU of measured runs so that CPU per job is
+        the cost of jobs, not of importing Django.
+        """
+        self.reset()
+        kids = Children([worker_command(burst=True)], self.log)
+        self.startup_cpu = kids.wait(timeout=120)
+        self.progress(f"idle burst worker: {self.startup_cpu * 1000:.0f} ms CPU (startup+exit)")
+
+    def process(self, n: int, processes: int, *, memory: bool = False) -> dict[str, Any]:
+        """Work ``n`` pre-enqueued no-op jobs with ``processes`` burst workers."""
+        from django.db import connections
+        from django.db.models import Count, Max, Min
+
+        from django_hopper.models import Job, JobHistory
+
+        connections.close_all()
+        samples: dict[str, dict[str, int]] = {}
+        marks = [0.1, 0.5, 1.0]
+
+        def tick() -> None:
+            if not marks:
+                return
+            left = Job.objects.filter(queue="bench").exclude(state="scheduled").count()
+            done = 1 - left / n
+            while marks and done >= marks[0]:
+                status = read_status(kids.pids[0])
+                if status:
+                    samples[f"{int(marks[0] * 100)}%"] = status
+                marks.pop(0)
+
+        self.progress(
+            f"{processes} worker process(es), {n:,} jobs" + (", sampling RSS" if memory else "")
+        )
+        kids = Children([worker_command(burst=True) for _ in range(processes)], self.log)
+        cpu = kids.wait(tick=tick if memory else None)
+        wall = kids.ended - kids.started
+        agg = JobHistory.objects.filter(queue="bench").aggregate(
+            first=Min("attempted_at"), last=Max("finalized_at"), count=Count("id")
+        )
+        left = Job.objects.filter(queue="bench").exclude(state="scheduled").count()
+        connections.close_all()
+        span = (agg["last"] - agg["first"]).total_seconds() if agg["count"] else wall
+        out = rate(agg["count"], span)
+        net_cpu = max(0.0, cpu - self.startup_cpu * processes)
+        out.update(
+            processes=processes,
+            wall_s=round(wall, 3),
+            cpu_s=round(cpu, 3),
+            cpu_us_per_job=round(net_cpu / max(1, agg["count"]) * 1e6, 1),
+        )
+        if agg["count"] != n or left:
+            out["warning"] = f"{agg['count']} of {n} jobs in history, {left} left live"
+        if memory:
+            out["rss_kb"] = {k: v.get("VmRSS") for k, v in samples.items()}
+            peaks = [v.get("VmHWM", 0) for v in samples.values()]
+            out["peak_rss_kb"] = max(peaks) if peaks else None
+        return out
+
+    def latency(self) -> dict[str, Any]:
+        """Enqueue jobs one at a time, 20 ms apart, to an idle worker; time each pickup."""
+        from django.db import connections, transaction
+
+        from bench.jobs import stamp
+        from django_hopper.models import Client, JobHistory
+
+        connections.close_all()
+        kids = Children([worker_command(burst=False)], self.log)
+        try:
+            deadline = time.monotonic() + 60
+            while not Client.objects.exists():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"worker never registered; see {self.log}")
+                time.sleep(0.05)
+            time.sleep(1.0)  # let it finish starting: listener, first poll
+            self.progress(f"pickup latency, {LATENCY_JOBS} jobs {LATENCY_GAP * 1000:.0f} ms apart")
+            committed: dict[Any, float] = {}
+            for _ in range(LATENCY_JOBS):
+                started = time.perf_counter()
+                with transaction.atomic():
+                    handle = stamp.enqueue()
+                committed[handle.id] = time.time()
+                time.sleep(max(0.0, LATENCY_GAP - (time.perf_counter() - started)))
+            deadline = time.monotonic() + 60
+            rows: list[tuple[Any, Any]] = []
+            while time.monotonic() < deadline:
+                rows = list(
+                    JobHistory.objects.filter(id__in=list(committed)).values_list("id", "output")
+                )
+                if len(rows) == len(committed):
+                    break
+                time.sleep(0.1)
+        finally:
+            kids.signal(signal.SIGTERM)
+            kids.wait(timeout=60)
+            connections.close_all()
+        lat = sorted((float(out) - committed[jid]) * 1000 for jid, out in rows)
+        if not lat:
+            return {"jobs": 0, "warning": "no job ran"}
+        result: dict[str, Any] = {
+            "jobs": len(lat),
+            "median_ms": round(statistics.median(lat), 2),
+            "p95_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.95))], 2),
+            "max_ms": round(lat[-1], 2),
+            "min_ms": round(lat[0], 2),
+        }
+        if len(lat) != LATENCY_JOBS:
+            result["warning"] = f"{len(lat)} of {LATENCY_JOBS} jobs ran within 60 s"
+        return result
+
+    # -- 4. cost as the work grows --------------------------------------------------
+
+    def growth_case(self, label: str, filler: int, history: int) -> dict[str, Any]:
+        """Measure throughput and latency with ``filler`` waiting jobs and ``history`` rows.
+
+        Half the waiting jobs are available in another queue, half scheduled
+        a day ahead in the benchmark's own queue: the claim must step over
+        neither. History rows sit in another queue.
+        """
+        self.reset()
+        if filler or history:
+            self.progress(f"{label}: loading {filler:,} waiting jobs, {history:,} history rows")
+        self.seed(queue="other", n=filler // 2)
+        self.seed(queue="bench", n=filler - filler // 2, state="scheduled", delay_days=1)
+        self.seed(queue="old", n=history, state="completed", history=True)
+        n = size("processing", self.scale)
+        self.seed(queue="bench", n=n)
+        self.settle()
+        return {
+            "waiting": filler,
+            "history": history,
+            "processing": self.process(n, 1),
+            "latency": self.latency(),
+        }
+
+    # -- one run -------------------------------------------------------------------------
+
+    def run_once(self) -> dict[str, Any]:
+        """Run every section once; return the results."""
+        result: dict[str, Any] = {"raw": self.measure_raw(), "enqueue": self.measure_enqueue()}
+        self.measure_startup()
+        result["startup_cpu_s"] = round(self.startup_cpu, 3)
+        cases: dict[str, Any] = {}
+        cases["empty"] = self.growth_case("empty", 0, 0)
+        n = size("processing", self.scale)
+        self.reset()
+        self.seed(queue="bench", n=n)
+        self.settle()
+        result["processing"] = {"1proc": cases["empty"]["processing"], "2proc": self.process(n, 2)}
+        result["latency"] = cases["empty"]["latency"]
+        small, large = size("waiting_small", self.scale), size("waiting_large", self.scale)
+        cases["waiting_small"] = self.growth_case(f"{small:,} waiting", small, 0)
+        cases["waiting_large"] = self.growth_case(f"{large:,} waiting", large, 0)
+        hist = size("history", self.scale)
+        cases["history_large"] = self.growth_case(f"{hist:,} in history", 0, hist)
+        result["growth"] = cases
+        m = size("memory", self.scale)
+        self.reset()
+        self.seed(queue="bench", n=m)
+        self.settle()
+        result["memory"] = self.process(m, 1, memory=True)
+        self.reset()
+        return result
+
+    def profile(self, path: Path) -> dict[str, Any]:
+        """Run one burst worker under py-spy (raw collapsed stacks) and summarize it."""
+        import shutil
+
+        spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        if not Path(spy).exists():
+            return {"error": "py-spy is not installed (pip install py-spy)"}
+        n = size("processing", self.scale)
+        self.reset()
+        self.seed(queue="bench", n=n)
+        self.settle()
+        self.progress(f"profiling one worker over {n:,} jobs with py-spy -> {path}")
+        cmd = [
+            spy,
+            "record",
+            "--format",
+            "raw",
+            "--threads",
+            "--idle",
+            "--rate",
+            "250",
+            "--output",
+            str(path),
+            "--",
+            *worker_command(burst=True),
+        ]
+        Children([cmd], self.log).wait()
+        from bench.profile import summarize
+
+        return summarize(path)
+
+
+def rate(n: int, seconds: float) -> dict[str, Any]:
+    """Return a count, its duration and the jobs per second."""
+    return {
+        "jobs": n,
+        "seconds": round(seconds, 4),
+        "jobs_per_s": round(n / seconds, 1) if seconds > 0 else None,
+    }
+
+
+# ---------------------------------------------------------------------------
+# Printing
+
+
+def num(value: float | None) -> str:
+    """Format a rate with thousands separators."""
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
+def ratio(hopper: float | None, bound: float | None) -> str:
+    """Return ``0.52 x``, or ``n/a`` when either figure is missing."""
+    if not hopper or not bound:
+        return "n/a"
+    return f"{hopper / bound:.2f} x"
+
+
+def render(engine: str, title: str, r: dict[str, Any]) -> str:
+    """Return the table of one run (or of the medians of several)."""
+    raw, enq, proc = r["raw"], r["enqueue"], r["processing"]
+    one, two = raw["cycle_1conn"]["jobs_per_s"], raw["cycle_2conn"]["jobs_per_s"]
+    ins1, insm = raw["insert_one"]["jobs_per_s"], raw["insert_multi"]["jobs_per_s"]
+    lines = [f"== {engine}: {title} ==", ""]
+
+    def line(
+        label: str, value: float | None, bound: float | None, bound_label: str, extra: str = ""
+    ) -> None:
+        lines.append(
+            f"  {label:<44} hopper {num(value):>7} jobs/s = {ratio(value, bound)} "
+            f"{bound_label} ({num(bound)}){extra}"
+        )
+
+    lines.append("Enqueue")
+    line(
+        "enqueue(), one job per transaction",
+        enq["one_per_tx"]["jobs_per_s"],
+        ins1,
+        "raw one-row insert",
+    )
+    line(
+        "enqueue(), unique key, one per transaction",
+        enq["unique_one_per_tx"]["jobs_per_s"],
+        ins1,
+        "raw one-row insert",
+    )
+    line(
+        "enqueue_many(), batches of 1,000",
+        enq["many_1000"]["jobs_per_s"],
+        insm,
+        "raw multi-row insert",
+    )
+    line(
+        "job_insert_many, unique keys, 1,000/stmt",
+        enq["unique_many_1000"]["jobs_per_s"],
+        insm,
+        "raw multi-row insert",
+    )
+    lines.append("Processing (no-op jobs, concurrency 10 per process)")
+    for key, bound, label in (("1proc", one, "raw 1 conn"), ("2proc", two, "raw 2 conns")):
+        p = proc[key]
+        n = int(p.get("processes", 1))
+        extra = f"; CPU {p.get('cpu_us_per_job', 0):,.0f} µs/job"
+        line(f"{n} worker process{'es' if n > 1 else ''}", p["jobs_per_s"], bound, label, extra)
+    lat = r["latency"]
+    lines.append("Pickup latency (idle worker, 200 jobs 20 ms apart)")
+    lines.append(
+        f"  median {lat.get('median_ms', 0):.1f} ms, p95 {lat.get('p95_ms', 0):.1f} ms, "
+        f"max {lat.get('max_ms', 0):.1f} ms"
+    )
+    lines.append("Cost as the work grows (1 process; ratios to the empty case)")
+    base = r["growth"]["empty"]
+    for key in ("empty", "waiting_small", "waiting_large", "history_large"):
+        c = r["growth"][key]
+        what = (
+            f"{num(c['history'])} rows in history"
+            if c["history"]
+            else f"{num(c['waiting'])} jobs waiting"
+        )
+        tp, btp = c["processing"]["jobs_per_s"], base["processing"]["jobs_per_s"]
+        med, bmed = c["latency"].get("median_ms"), base["latency"].get("median_ms")
+        lines.append(
+            f"  {what:<28} {num(tp):>7} jobs/s = {ratio(tp, btp)} empty; "
+            f"latency median {med or 0:.1f} ms ({ratio(med, bmed)} empty), "
+            f"p95 {c['latency'].get('p95_ms', 0):.1f} ms"
+        )
+    mem = r["memory"]
+    rss = mem.get("rss_kb") or {}
+    lines.append(f"Memory (1 worker, {num(mem['jobs'])} jobs)")
+    marks = " / ".join(
+        f"{k} {v / 1024:.1f} MB"
+        for k, v in sorted(rss.items(), key=lambda kv: int(kv[0][:-1]))
+        if v
+    )
+    peak = mem.get("peak_rss_kb")
+    lines.append(f"  RSS at {marks or 'n/a'}; peak {peak / 1024 if peak else 0:.1f} MB")
+    lines.append("Raw-SQL bound (this run)")
+    lines.append(f"  claim 100 + finalize 100: {num(one)} jobs/s on 1 connection, {num(two)} on 2")
+    lines.append(
+        f"  inserts: {num(ins1)} rows/s one per transaction, "
+        f"{num(insm)} rows/s in multi-row statements of 1,000"
+    )
+    warnings = list(find_warnings(r))
+    if warnings:
+        lines.append("Warnings")
+        lines.extend(f"  {w}" for w in warnings)
+    return "\n".join(lines)
+
+
+def find_warnings(r: Any, path: str = "") -> Any:
+    """Yield every ``warning`` in a result tree, with where it was found."""
+    if isinstance(r, dict):
+        for k, v in r.items():
+            if k == "warning":
+                yield f"{path}: {v}"
+            else:
+                yield from find_warnings(v, f"{path}.{k}" if path else k)
+
+
+def median_tree(runs: list[Any]) -> Any:
+    """Return the runs' tree with each number replaced by its median across runs."""
+    first = runs[0]
+    if isinstance(first, dict):
+        return {
+            k: median_tree([r[k] for r in runs if isinstance(r, dict) and k in r])
+            for k in first
+            if k != "warning"
+        }
+    if isinstance(first, int | float) and not isinstance(first, bool):
+        values = [r for r in runs if isinstance(r, int | float)]
+        return statistics.median(values) if values else None
+    return first
+
+
+# ---------------------------------------------------------------------------
+# Entry points
+
+
+def prepare_database() -> None:
+    """Recreate the benchmark database and migrate it, so every run starts clean."""
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import connection
+
+    db = settings.DATABASES["default"]
+    if connection.vendor == "postgresql":
+        import psycopg
+        from psycopg import sql
+
+        info = {
+            "host": db["HOST"],
+            "port": db["PORT"],
+            "user": db["USER"],
+            "password": db["PASSWORD"],
+            "dbname": "postgres",
+        }
+        with psycopg.connect(**info, autocommit=True) as conn:
+            name = sql.Identifier(db["NAME"])
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
+    else:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(db["NAME"]) + suffix).unlink(missing_ok=True)
+    call_command("migrate", verbosity=0, interactive=False)
+
+
+def run_engine(args: argparse.Namespace) -> dict[str, Any]:
+    """Run ``args.runs`` runs on one engine; print a table per run; return the results."""
+    os.environ["BENCH_ENGINE"] = args.engine
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    import django
+
+    django.setup()
+    prepare_database()
+    suite = Suite(args)
+    runs = []
+    for i in range(0 if args.profile_only else args.runs):
+        suite.progress(f"run {i + 1} of {args.runs} (scale {args.scale})")
+        result = suite.run_once()
+        runs.append(result)
+        print(render(suite.engine_name, f"run {i + 1} of {args.runs}", result), flush=True)
+        print(flush=True)
+    out: dict[str, Any] = {"runs": runs}
+    if len(runs) > 1:
+        out["median"] = median_tree(runs)
+        print(render(suite.engine_name, f"median of {len(runs)} runs", out["median"]), flush=True)
+        print(flush=True)
+    if args.profile or args.profile_only:
+        out["profile"] = suite.profile(RESULTS_DIR / f"profile-{suite.engine_name}.txt")
+        from bench.profile import render_summary
+
+        print(render_summary(out["profile"]), flush=True)
+    return out
+
+
+def meta(args: argparse.Namespace) -> dict[str, Any]:
+    """Return what the JSON needs to compare runs: when, where, at which size."""
+    import django
+
+    return {
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "scale": args.scale,
+        "runs": args.runs,
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "loadavg": os.getloadavg(),
+        "sizes": {k: size(k, args.scale) for k in SIZES},
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    parser.add_argument("--engine", choices=["postgres", "sqlite", "both"], default="both")
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="Multiply every job count (1.0: the full size the targets quote).",
+    )
+    parser.add_argument("--runs", type=int, default=1, help="Runs per engine (medians printed).")
+    parser.add_argument("--json", type=Path, help="Write results here (default bench-results/).")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="Finally profile one worker with py-spy; summarize where it spends.",
+    )
+    parser.add_argument(
+        "--profile-only", action="store_true", help="Only profile one worker (no measured runs)."
+    )
+    parser.add_argument("--quiet", action="store_true", help="No progress lines on stderr.")
+    args = parser.parse_args(argv)
+    if args.runs < 1 or args.scale <= 0:
+        parser.error("--runs must be at least 1 and --scale positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; write the JSON; return an exit code."""
+    args = parse_args(argv)
+    RESULTS_DIR.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = args.json or RESULTS_DIR / f"{stamp}.json"
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    engines: dict[str, Any] = {}
+    if args.engine == "both":
+        # One child per engine: Django's settings (the database) are per process.
+        for engine in ("postgres", "sqlite"):
+            part = RESULTS_DIR / f"{stamp}-{engine}.part.json"
+            cmd = [
+                sys.executable,
+                "-m",
+                "bench.run",
+                "--engine",
+                engine,
+                "--scale",
+                str(args.scale),
+                "--runs",
+                str(args.runs),
+                "--json",
+                str(part),
+            ]
+            cmd += ["--profile"] * args.profile + ["--profile-only"] * args.profile_only
+            cmd += ["--quiet"] * args.quiet
+            code = subprocess.call(cmd, cwd=BASE_DIR, env=worker_env())
+            if code:
+                print(f"bench: the {engine} run failed (exit {code})", file=sys.stderr)
+                return code
+            engines.update(json.loads(part.read_text())["engines"])
+            part.unlink()
+    else:
+        engines[args.engine] = run_engine(args)
+    result = {"meta": meta(args), "engines": engines}
+    result["meta"]["runner_cpu_s"] = round(
+        resource.getrusage(resource.RUSAGE_SELF).ru_utime - before.ru_utime, 2
+    )
+    path.write_text(json.dumps(result, indent=2, default=str))
+    if args.json is None or args.engine == "both":
+        print(f"results written to {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

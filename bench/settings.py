@@ -1,0 +1,69 @@
+"""Django settings for the benchmark: its own databases, never the tests' or the demo's.
+
+``BENCH_ENGINE`` picks the database (``postgres`` or ``sqlite``); worker
+subprocesses inherit it through the environment, so the runner and its workers
+always work on the same data. PostgreSQL is reached through the ``PG*``
+variables (default 127.0.0.1:5432, user root); the database is
+``BENCH_PG_DB`` (default ``hopper_bench``), dropped and recreated by each run.
+The SQLite file lives under ``bench-results/`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+RESULTS_DIR = BASE_DIR / "bench-results"
+SECRET_KEY = "hopper-bench"
+DEBUG = False  # DEBUG=True would keep every query in memory and skew memory and speed
+USE_TZ = True
+TIME_ZONE = "UTC"
+INSTALLED_APPS = ["django_hopper"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+ENGINE = os.environ.get("BENCH_ENGINE", "postgres")
+PG_DB = os.environ.get("BENCH_PG_DB", "hopper_bench")
+SQLITE_FILE = os.environ.get("BENCH_SQLITE_FILE", str(RESULTS_DIR / "hopper_bench.sqlite3"))
+
+if ENGINE == "postgres":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": PG_DB,
+            "HOST": os.environ.get("PGHOST", "127.0.0.1"),
+            "PORT": os.environ.get("PGPORT", "5432"),
+            "USER": os.environ.get("PGUSER", "root"),
+            "PASSWORD": os.environ.get("PGPASSWORD", ""),
+        }
+    }
+elif ENGINE == "sqlite":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": SQLITE_FILE,
+            # What the README recommends for SQLite in production: WAL, IMMEDIATE.
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    }
+else:
+    raise RuntimeError(f"BENCH_ENGINE must be postgres or sqlite, not {ENGINE!r}")
+
+HOPPER = {
+    "QUEUES": {"bench": 10},
+    "DEFAULT_QUEUE": "bench",
+    "IMPORTS": ["bench.jobs"],
+}
+if os.environ.get("BENCH_POLL_INTERVAL"):
+    HOPPER["POLL_INTERVAL"] = float(os.environ["BENCH_POLL_INTERVAL"])
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_hopper": {"handlers": ["console"], "level": "WARNING"}},
+}

@@ -1,0 +1,177 @@
+"""Operator functions on single jobs: read, cancel, retry, delete, list, logs.
+
+These are the functions the admin actions, the management commands and user
+code call, so that each rule (what a retry of a discarded job does, what a
+cancel of a running job does) is written once, in the engine. Each takes a
+job ID as a ``uuid.UUID`` or its string form and runs on the Django
+connection of ``HOPPER["DATABASE"]``, so it joins the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from django_hopper.exceptions import InvalidJob, NotFound
+
+if TYPE_CHECKING:
+    from django_hopper.engine.base import AttemptLog, BaseEngine, JobRow
+
+__all__ = [
+    "cancel_job",
+    "delete_job",
+    "get_job",
+    "job_logs",
+    "list_jobs",
+    "parse_job_id",
+    "retry_job",
+]
+
+
+def parse_job_id(value: Any, field: str = "job_id") -> uuid.UUID:
+    """Return a job ID as a UUID; raise InvalidJob naming ``field`` if it is not one."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value.strip())
+        except ValueError:
+            pass
+    raise InvalidJob(f"{field} must be a UUID, not {value!r}", field=field)
+
+
+def _engine() -> BaseEngine:
+    from django_hopper.engine import get_engine
+
+    return get_engine()
+
+
+def get_job(job_id: uuid.UUID | str) -> JobRow:
+    """Return a job, live or from history; raise NotFound if there is none."""
+    jid = parse_job_id(job_id)
+    row = _engine().job_get(jid)
+    if row is None:
+        raise NotFound(f"job {jid} does not exist")
+    return row
+
+
+def cancel_job(job_id: uuid.UUID | str) -> JobRow:
+    """Cancel a job and return it as it is afterwards.
+
+    A waiting job moves to history as canceled at once. A running job gets a
+    cancel request that its worker acts on (the job is still ``running`` in
+    the returned row, with ``cancel_requested_at`` set). A finished job is
+    returned unchanged. Raises NotFound for an unknown job.
+    """
+    from django_hopper.engine.base import JobCancelParams
+
+    return _engine().job_cancel(JobCancelParams(id=parse_job_id(job_id)))
+
+
+def retry_job(job_id: uuid.UUID | str, *, from_start: bool = False) -> JobRow:
+    """Make a job available to run now, and return it.
+
+    A finished job (canceled, discarded or completed) moves back to the live
+    table, with one more attempt if it had used them all; a waiting job runs
+    now instead of at its scheduled time. ``from_start`` forgets the job's
+    recorded progress. Raises JobRunning for a running job, UniqueConflict if
+    a live job holds its unique key, NotFound for an unknown job.
+    """
+    from django_hopper.engine.base import JobRetryParams
+
+    if not isinstance(from_start, bool):
+        raise InvalidJob(
+            f"from_start must be True or False, not {from_start!r}", field="from_start"
+        )
+    return _engine().job_retry(JobRetryParams(id=parse_job_id(job_id), from_start=from_start))
+
+
+def delete_job(job_id: uuid.UUID | str) -> JobRow:
+    """Delete a job that is not running (live or history) and its logs; return it as it was.
+
+    Raises JobRunning for a running job (cancel it instead), NotFound for an
+    unknown job.
+    """
+    from django_hopper.engine.base import JobDeleteParams
+
+    return _engine().job_delete(JobDeleteParams(id=parse_job_id(job_id)))
+
+
+def job_logs(job_id: uuid.UUID | str) -> list[AttemptLog]:
+    """Return the log lines of a job's attempts, oldest attempt first."""
+    return _engine().job_logs(parse_job_id(job_id))
+
+
+def _strings(value: str | Iterable[str] | None, field: str) -> tuple[str, ...]:
+    """Accept one string or several, so ``state="running"`` reads naturally."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    out = tuple(value)
+    if not all(isinstance(v, str) and v for v in out):
+        raise InvalidJob(f"{field} must be strings, not {value!r}", field=field)
+    return out
+
+
+def list_jobs(
+    *,
+    queue: str | None = None,
+    kinds: str | Iterable[str] | None = None,
+    states: str | Iterable[str] | None = None,
+    ordering_key: str | None = None,
+    newest_first: bool = False,
+    after: uuid.UUID | str | None = None,
+    limit: int = 100,
+    ids: Iterable[uuid.UUID | str] | None = None,
+    priorities: Iterable[int] | None = None,
+    tags_any: str | Iterable[str] | None = None,
+    tags_all: str | Iterable[str] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> list[JobRow]:
+    """Return live and history jobs matching every filter given, in ID (creation) order.
+
+    ``after`` is the cursor of the next page: pass the last ID of a page.
+    ``metadata`` keeps jobs whose metadata contains the given object.
+    ``ordering_key`` needs ``queue`` (a key is a lane within its queue).
+    """
+    from django_hopper import validation
+    from django_hopper.engine.base import JobListParams
+    from django_hopper.models import JobState
+
+    state_tuple = _strings(states, "states")
+    for state in state_tuple:
+        if state not in JobState.values:
+            raise InvalidJob(
+                f"states has {state!r}; job states are {', '.join(JobState.values)}",
+                field="states",
+            )
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise InvalidJob(f"limit must be a non-negative integer, not {limit!r}", field="limit")
+    if queue is not None:
+        validation.queue_name(queue)
+    if ordering_key is not None and queue is None:
+        raise InvalidJob(
+            "ordering_key needs queue: a key is a lane within its queue", field="ordering_key"
+        )
+    prios = tuple(validation.priority(p) for p in priorities or ())
+    if metadata is not None:
+        if not isinstance(metadata, Mapping):
+            raise InvalidJob(f"metadata must be a dict, not {metadata!r}", field="metadata")
+        metadata = validation.json_normalize(dict(metadata), "metadata")
+    params = JobListParams(
+        queue=queue,
+        kinds=_strings(kinds, "kinds"),
+        states=state_tuple,
+        ordering_key=validation.key(ordering_key, "ordering_key"),
+        newest_first=bool(newest_first),
+        after=None if after is None else parse_job_id(after, "after"),
+        limit=limit,
+        ids=tuple(parse_job_id(i, "ids") for i in ids or ()),
+        priorities=prios,
+        tags_any=_strings(tags_any, "tags_any"),
+        tags_all=_strings(tags_all, "tags_all"),
+        metadata=dict(metadata) if metadata is not None else None,
+    )
+    return _engine().job_list(params)

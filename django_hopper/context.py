@@ -1,0 +1,164 @@
+"""What a running job sees of hopper: :class:`JobContext`.
+
+A job function declared with ``takes_context`` receives a context as its first
+argument. Through it the job reads its claim (ID, attempt, metadata, stored
+progress), records progress fenced to its claim, writes log lines that are
+stored with the attempt, snoozes, and notices cooperative cancellation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from django_hopper.exceptions import JobCanceled, JobFenced
+
+if TYPE_CHECKING:
+    from django_hopper.engine.base import JSON, BaseEngine, JobID, JobRow, Progress
+
+
+class JobSnooze(Exception):
+    """Raised by :meth:`JobContext.snooze`; the worker turns it into a snooze.
+
+    A snooze gives the attempt back: the job runs again after ``delay`` with the
+    same attempt number. Job code may raise it directly as well.
+    """
+
+    def __init__(self, delay: float | dt.timedelta, reason: str = "") -> None:
+        seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else float(delay)
+        if seconds < 0:
+            raise ValueError("a snooze delay cannot be negative")
+        super().__init__(reason or f"snoozed for {seconds}s")
+        self.delay = dt.timedelta(seconds=seconds)
+        self.reason = reason
+
+
+class JobContext:
+    """The view a running attempt has of its job.
+
+    Thread-safe where it must be: the worker sets :attr:`cancelled` from another
+    thread while the job reads it.
+    """
+
+    def __init__(self, job: JobRow, engine: BaseEngine) -> None:
+        self.job = job
+        self._engine = engine
+        self._lines: list[str] = []
+        self._lines_lock = threading.Lock()
+        self._cancelled = threading.Event()
+        self._lost = False
+        self.progress: Progress | None = job.progress
+
+    # -- the claim ----------------------------------------------------------
+
+    @property
+    def job_id(self) -> JobID:
+        """Return the job's ID."""
+        return self.job.id
+
+    @property
+    def attempt(self) -> int:
+        """Return this attempt's number (1 for the first run)."""
+        return self.job.attempt
+
+    @property
+    def metadata(self) -> Any:
+        """Return the job's metadata as stored at the claim."""
+        return self.job.metadata
+
+    @property
+    def lost(self) -> bool:
+        """Return True once the attempt learned that it no longer owns the job."""
+        return self._lost
+
+    # -- snooze -------------------------------------------------------------
+
+    def snooze(self, delay: float | dt.timedelta, reason: str = "") -> NoReturn:
+        """End the attempt now and run the job again after ``delay`` seconds.
+
+        Raises :class:`JobSnooze`, so nothing after the call runs; the attempt
+        is given back and does not count against ``max_attempts``.
+        """
+        raise JobSnooze(delay, reason)
+
+    # -- progress -----------------------------------------------------------
+
+    def _progress_params(self, step: str, cursor: JSON) -> Any:
+        from django_hopper.engine.base import JobRecordProgressParams
+
+        return JobRecordProgressParams(
+            id=self.job.id,
+            attempted_by=self.job.attempted_by,
+            fence=self.job.fence,
+            attempt=self.job.attempt,
+            step=step,
+            cursor=cursor,
+        )
+
+    def _stored(self, progress: Progress | None) -> bool:
+        if progress is None:
+            self._lost = True
+            return False
+        self.progress = progress
+        return True
+
+    def record_progress(self, step: str, cursor: JSON = None) -> bool:
+        """Store the step reached (and a cursor to resume from), fenced to this claim.
+
+        Return True when stored, False when the attempt no longer owns the job
+        (it was rescued or fenced): the job should stop, since nothing it
+        writes through hopper will be kept. :meth:`check_cancelled` raises
+        :class:`JobFenced` from then on. Call :meth:`arecord_progress` from an
+        ``async def`` job.
+        """
+        return self._stored(self._engine.job_record_progress(self._progress_params(step, cursor)))
+
+    async def arecord_progress(self, step: str, cursor: JSON = None) -> bool:
+        """Store progress from an ``async def`` job (see :meth:`record_progress`)."""
+        from asgiref.sync import sync_to_async
+
+        params = self._progress_params(step, cursor)
+        progress = await sync_to_async(self._engine.job_record_progress)(params)
+        return self._stored(progress)
+
+    # -- logs ---------------------------------------------------------------
+
+    def log(self, msg: str) -> None:
+        """Add a line to this attempt's log, stored with the result at finalize."""
+        line = str(msg)
+        if not line.endswith("\n"):
+            line += "\n"
+        with self._lines_lock:
+            self._lines.append(line)
+
+    def log_text(self) -> str | None:
+        """Return the attempt's collected log, or None if it logged nothing."""
+        with self._lines_lock:
+            return "".join(self._lines) or None
+
+    # -- cancellation -------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """Return True once cancellation of the attempt was requested (or it timed out)."""
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        """Mark the attempt cancelled (called by the worker, from another thread)."""
+        self._cancelled.set()
+
+    def check_cancelled(self) -> None:
+        """Raise if the attempt should stop: cooperative cancellation for sync jobs.
+
+        Raises :class:`~django_hopper.exceptions.JobCanceled` after a cancel
+        request (or a timeout), and :class:`~django_hopper.exceptions.JobFenced`
+        after the attempt learned it lost the job.
+        """
+        if self._lost:
+            raise JobFenced(f"job {self.job.id} is no longer owned by this attempt")
+        if self._cancelled.is_set():
+            raise JobCanceled(f"job {self.job.id} was cancelled")
+
+    def __repr__(self) -> str:
+        return f"<JobContext {self.job.kind} {self.job.id} attempt={self.job.attempt}>"

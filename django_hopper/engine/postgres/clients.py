@@ -1,0 +1,144 @@
+"""Clients, leader, queues, time and notifications of the PostgreSQL engine."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+
+from django_hopper import validation
+from django_hopper.engine.base import (
+    CHANNEL_LEADER,
+    ClientRegisterParams,
+    ClientRenewParams,
+    ClientRenewResult,
+    ClientRow,
+    LeaderParams,
+    Listener,
+    QueueRow,
+)
+from django_hopper.engine.postgres import convert
+from django_hopper.engine.postgres.support import PostgresSupport, db_errors
+from django_hopper.exceptions import DatabaseError, InvalidJob
+
+
+def _ttl(value: dt.timedelta) -> dt.timedelta:
+    """Return a positive lease duration or raise InvalidJob naming it."""
+    if not isinstance(value, dt.timedelta) or value <= dt.timedelta(0):
+        raise InvalidJob(f"ttl must be a positive timedelta, not {value!r}", field="ttl")
+    return value
+
+
+class ClientsMixin(PostgresSupport):
+    """Every non-job method of the contract."""
+
+    # -- time and schema --------------------------------------------------------
+
+    def now(self) -> dt.datetime:
+        """Return the database clock: ``now()``, the time the transaction began."""
+        row = self._fetchone("now", {})
+        if row is None:  # pragma: no cover - SELECT now() always returns a row
+            raise DatabaseError("SELECT now() returned nothing")
+        return row[0].astimezone(dt.UTC)  # type: ignore[no-any-return]
+
+    def schema_version(self) -> int:
+        """Return the newest applied hopper migration's number (0 without the schema)."""
+        exists = self._fetchone("schema_version.exists", {})
+        if not exists or not exists[0]:
+            return 0
+        row = self._fetchone("schema_version", {})
+        return int(row[0]) if row else 0
+
+    # -- clients ----------------------------------------------------------------
+
+    def client_register(self, params: ClientRegisterParams) -> int:
+        """Create a client's lease row and return its ID."""
+        row = self._fetchone(
+            "client_register",
+            {
+                "hostname": params.hostname,
+                "ttl": _ttl(params.ttl),
+                "info": convert.dump_json(params.info, "info"),
+                "now": params.now,
+            },
+        )
+        assert row is not None
+        return int(row[0])
+
+    def client_renew(self, params: ClientRenewParams) -> ClientRenewResult:
+        """Extend an unexpired lease and read the control state, in one statement."""
+        row = self._fetchone(
+            "client_renew",
+            {"client_id": params.client_id, "ttl": _ttl(params.ttl), "now": params.now},
+        )
+        assert row is not None
+        return ClientRenewResult(
+            renewed=bool(row[0]),
+            cancel_requested=list(row[1]),
+            paused_queues=list(row[2]),
+            limited_queues=list(row[3]),
+        )
+
+    def client_delete(self, client_id: int) -> None:
+        """Remove a client's lease row."""
+        self._execute("client_delete", {"client_id": client_id})
+
+    def client_prune_expired(self, now: dt.datetime | None = None) -> int:
+        """Remove expired lease rows and return how many."""
+        return self._execute("client_prune_expired", {"now": now})
+
+    def client_list(self) -> list[ClientRow]:
+        """Return every lease row, live or expired."""
+        return [convert.client_from_row(row) for row in self._fetchall("client_list", {})]
+
+    # -- leader -----------------------------------------------------------------
+
+    def leader_attempt(self, params: LeaderParams) -> bool:
+        """Take or renew the leader lease in one upsert."""
+        row = self._fetchone(
+            "leader_attempt",
+            {"client_id": params.client_id, "ttl": _ttl(params.ttl), "now": params.now},
+        )
+        return row is not None
+
+    def leader_resign(self, client_id: int) -> None:
+        """Drop the lease if held, and signal an election, in one statement."""
+        payload = json.dumps({"action": "resigned", "client_id": client_id})
+        self._fetchall(
+            "leader_resign",
+            {"client_id": client_id, "channel": CHANNEL_LEADER, "payload": payload},
+        )
+
+    def leader_get(self, now: dt.datetime | None = None) -> int | None:
+        """Return the unexpired leader's client ID, or None."""
+        row = self._fetchone("leader_get", {"now": now})
+        return int(row[0]) if row else None
+
+    # -- queues -----------------------------------------------------------------
+
+    def queue_ensure(self, names: Sequence[str], now: dt.datetime | None = None) -> None:
+        """Record queues a client works, so they are listed before any job arrives."""
+        checked = sorted({validation.queue_name(name, "names") for name in names})
+        if checked:
+            self._execute("queue_ensure", {"names": checked, "now": now})
+
+    def queue_list(self) -> list[QueueRow]:
+        """Return every known queue."""
+        return [convert.queue_from_row(row) for row in self._fetchall("queue_list", {})]
+
+    # -- notifications ----------------------------------------------------------
+
+    def notify(self, channel: str, payloads: Sequence[str]) -> None:
+        """Send one notification per payload, delivered when the transaction commits."""
+        if not isinstance(channel, str) or not channel:
+            raise InvalidJob(f"channel must be a non-empty string, not {channel!r}")
+        if payloads:
+            self._fetchone("notify", {"channel": channel, "payloads": list(payloads)})
+
+    def listener(self) -> Listener:
+        """Open a dedicated connection (never Django's) that LISTENs for notifications."""
+        from django_hopper.engine.postgres.listener import PostgresListener
+
+        with db_errors():
+            params = self.connection.get_connection_params()
+        return PostgresListener(params)

@@ -1,0 +1,241 @@
+"""Rows <-> dataclasses for the PostgreSQL engine.
+
+Every job query returns :data:`JOB_COLUMNS` in that order, so a row converts
+by position, which is what keeps the claim and the insert cheap in Python.
+Parameters go the other way: a batch of inputs becomes one array per column,
+for ``unnest`` (or one tuple per job, for COPY).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from django_hopper import validation
+from django_hopper.engine.base import (
+    AttemptError,
+    AttemptLog,
+    ClientRow,
+    JobFinalize,
+    JobInsertParams,
+    JobRow,
+    Progress,
+    QueueLimits,
+    QueueRow,
+)
+from django_hopper.exceptions import InvalidJob
+from django_hopper.ids import new_ids
+
+#: The columns of every job row the queries return, in order.
+JOB_COLUMNS: tuple[str, ...] = (
+    "id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "scheduled_at",
+    "attempted_at", "attempted_by", "fence", "args", "metadata", "errors", "unique_key",
+    "ordering_key", "partition_key", "tags", "batch_id", "expires_at", "cancel_requested_at",
+    "awaited", "created_at", "snooze_reason", "progress", "lease_token", "lease_expires_at",
+    "lease_renewed_at", "step", "finalized_at", "output",
+)  # fmt: skip
+JOB_WIDTH = len(JOB_COLUMNS)
+
+
+def load_json(value: Any) -> Any:
+    """Decode a jsonb column; Django's connection hands jsonb over as text."""
+    if isinstance(value, str):
+        return json.loads(value)
+    return value
+
+
+def dump_json(value: Any, field: str) -> str:
+    """Encode a JSON value, refusing what JSON cannot hold with an error naming the field."""
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"{field} must be JSON-serializable: {exc}", field=field) from None
+
+
+def job_from_row(r: Sequence[Any]) -> JobRow:
+    """Build a JobRow from a row of :data:`JOB_COLUMNS`."""
+    errors = load_json(r[13])
+    progress = r[24]
+    return JobRow(
+        id=r[0],
+        kind=r[1],
+        queue=r[2],
+        state=r[3],
+        priority=r[4],
+        attempt=r[5],
+        max_attempts=r[6],
+        scheduled_at=r[7],
+        created_at=r[22],
+        args=load_json(r[11]),
+        metadata=load_json(r[12]),
+        errors=[AttemptError.from_json(e) for e in errors] if errors else [],
+        attempted_at=r[8],
+        attempted_by=r[9],
+        fence=r[10],
+        unique_key=r[14],
+        ordering_key=r[15],
+        partition_key=r[16],
+        tags=load_json(r[17]) or [],
+        batch_id=r[18],
+        expires_at=r[19],
+        cancel_requested_at=r[20],
+        lease_expires_at=r[26],
+        awaited=r[21],
+        snooze_reason=r[23] if r[3] == "scheduled" else None,
+        progress=Progress.from_json(load_json(progress)) if progress is not None else None,
+        finalized_at=r[29],
+        output=load_json(r[30]),
+    )
+
+
+def log_from_row(r: Sequence[Any]) -> AttemptLog:
+    """Build an AttemptLog from (attempt, snoozed, log)."""
+    return AttemptLog(attempt=r[0], snoozed=r[1], log=r[2])
+
+
+def client_from_row(r: Sequence[Any]) -> ClientRow:
+    """Build a ClientRow from (id, hostname, started_at, expires_at, info)."""
+    return ClientRow(id=r[0], hostname=r[1], started_at=r[2], expires_at=r[3], info=load_json(r[4]))
+
+
+def queue_from_row(r: Sequence[Any]) -> QueueRow:
+    """Build a QueueRow; a NULL limit is no limit (zero), as the seed has it."""
+    limits = QueueLimits(
+        name=r[0],
+        global_limit=r[3] or 0,
+        rate_per_sec=r[4] or 0.0,
+        rate_burst=r[5] or 0,
+        partition_limit=r[6] or 0,
+        aging=r[7] or dt.timedelta(0),
+    )
+    return QueueRow(name=r[0], paused_at=r[1], updated_at=r[2], limits=limits)
+
+
+# ---------------------------------------------------------------------------
+# Inputs
+
+
+def validate_insert(p: JobInsertParams, *, copy: bool = False) -> None:
+    """Refuse an input the database would refuse (or silently mangle), naming the field."""
+    if not isinstance(p.kind, str) or not p.kind or len(p.kind) > 255:
+        raise InvalidJob(
+            f"kind must be a non-empty string of at most 255 characters, not {p.kind!r}",
+            field="kind",
+        )
+    validation.queue_name(p.queue)
+    validation.priority(p.priority)
+    validation.max_attempts(p.max_attempts)
+    if p.scheduled_at is not None:
+        validation.aware(p.scheduled_at, "scheduled_at")
+    if p.ttl is not None:
+        validation.positive_duration(p.ttl, "ttl")
+    validation.key(p.unique_key, "unique_key")
+    validation.key(p.ordering_key, "ordering_key")
+    validation.key(p.partition_key, "partition_key")
+    if not all(isinstance(t, str) and t for t in p.tags) or isinstance(p.tags, str):
+        raise InvalidJob(f"tags must be non-empty strings, not {p.tags!r}", field="tags")
+    if p.unique_finished:
+        validation.unique_finished(p.unique_finished)
+    if p.id is not None and not isinstance(p.id, uuid.UUID):
+        raise InvalidJob(f"id must be a UUID, not {p.id!r}", field="id")
+    if p.batch_id is not None and not isinstance(p.batch_id, uuid.UUID):
+        raise InvalidJob(f"batch_id must be a UUID, not {p.batch_id!r}", field="batch_id")
+    if copy and p.unique_key is not None:
+        raise InvalidJob(
+            "job_insert_copy takes no unique keys; use job_insert_many", field="unique_key"
+        )
+
+
+def job_ids(params: Sequence[JobInsertParams]) -> list[uuid.UUID]:
+    """Return each input's ID, generating time-ordered ones where none was given."""
+    fresh = iter(new_ids(sum(1 for p in params if p.id is None)))
+    return [p.id if p.id is not None else next(fresh) for p in params]
+
+
+def insert_arrays(params: Sequence[JobInsertParams], ids: Sequence[uuid.UUID]) -> dict[str, Any]:
+    """Return the column arrays of a batch, for job_insert_many's ``unnest``."""
+    return {
+        "id": list(ids),
+        "kind": [p.kind for p in params],
+        "queue": [p.queue for p in params],
+        "priority": [p.priority for p in params],
+        "max_attempts": [p.max_attempts for p in params],
+        "scheduled_at": [p.scheduled_at for p in params],
+        "args": [dump_json(p.args, "args") for p in params],
+        "metadata": [dump_json(p.metadata, "metadata") for p in params],
+        "tags": [dump_json(list(p.tags), "tags") for p in params],
+        "unique_key": [p.unique_key for p in params],
+        "ordering_key": [p.ordering_key for p in params],
+        "partition_key": [p.partition_key for p in params],
+        "batch_id": [p.batch_id for p in params],
+        "ttl": [p.ttl for p in params],
+        "awaited": [bool(p.awaited) for p in params],
+    }
+
+
+def inserted_job(p: JobInsertParams, arrays: dict[str, Any], i: int, r: Sequence[Any]) -> JobRow:
+    """Build an inserted job from its input and what the insert returned.
+
+    The insert returns (id, state, scheduled_at, expires_at, created_at), the
+    values the database decided; everything else is the input as stored,
+    JSON read back from the text that was sent so it compares equal to a read.
+    """
+    return JobRow(
+        id=r[0],
+        kind=p.kind,
+        queue=p.queue,
+        state=r[1],
+        priority=p.priority,
+        attempt=0,
+        max_attempts=p.max_attempts,
+        scheduled_at=r[2],
+        created_at=r[4],
+        args=json.loads(arrays["args"][i]),
+        metadata=json.loads(arrays["metadata"][i]),
+        unique_key=p.unique_key,
+        ordering_key=p.ordering_key,
+        partition_key=p.partition_key,
+        tags=list(p.tags),
+        batch_id=p.batch_id,
+        expires_at=r[3],
+        awaited=bool(p.awaited),
+    )
+
+
+def error_json(error: AttemptError | None) -> str | None:
+    """Encode a result's error without ``at``: the statement stamps database time."""
+    if error is None:
+        return None
+    obj = error.to_json()
+    obj.pop("at", None)
+    return dump_json(obj, "error")
+
+
+def finalize_arrays(results: Sequence[JobFinalize]) -> dict[str, Any]:
+    """Return the column arrays of a batch of results, for job_finalize_many."""
+    final = ("completed", "canceled", "discarded", "retryable", "scheduled")
+    for f in results:
+        if f.state not in final:
+            raise InvalidJob(
+                f"a result's state must be one of {', '.join(final)}, not {f.state!r}",
+                field="state",
+            )
+        if f.delay < dt.timedelta(0):
+            raise InvalidJob(f"delay must not be negative, not {f.delay!r}", field="delay")
+    return {
+        "id": [f.id for f in results],
+        "attempted_by": [f.attempted_by for f in results],
+        "fence": [f.fence for f in results],
+        "lease_token": [f.lease_token for f in results],
+        "state": [f.state for f in results],
+        "delay": [f.delay for f in results],
+        "snooze": [bool(f.snooze) for f in results],
+        "snooze_reason": [f.snooze_reason for f in results],
+        "error": [error_json(f.error) for f in results],
+        "output": [None if f.output is None else dump_json(f.output, "output") for f in results],
+        "log": [f.log for f in results],
+        "archive": [bool(f.archive) for f in results],
+    }

@@ -1,0 +1,449 @@
+"""History retention and partitions, history indexes and live-table upkeep on
+PostgreSQL (issue 6, seed ``HistoryMaintain``, ``HistoryIndex``, ``JobsMaintain``).
+
+Design (docs/periodic-and-retention.md says it for operators):
+
+* History is range-partitioned by ``finalized_at`` into UTC days named
+  ``hopper_job_history_pYYYYMMDD``, plus the DEFAULT partition the migration
+  creates. Days from today to ``create_ahead`` days ahead are created; a day
+  whose rows already sit in DEFAULT (the first pass after installing, or a
+  leader that was down) is created as a table, filled with those rows and
+  attached, in one transaction.
+* Completed and failed jobs share partitions but not retention. A day is
+  dropped once it is past the *shorter* retention, if at most ``move_limit`` of
+  its rows are still within their own (longer) one: those move to DEFAULT in
+  the drop's transaction, and are deleted individually later. A day with more
+  is *kept* until it is past the longer retention; its expired rows are then
+  deleted individually (``pruned``), in bounded chunks, as are DEFAULT's.
+* Every creation and drop runs in its own transaction under a short
+  ``lock_timeout``: a unit a long transaction holds off is *deferred* to the
+  next pass, never waited on, so finalizes never queue behind it for long.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import Error as DjangoDatabaseError
+from django.db import transaction
+
+from django_hopper.engine.base import (
+    HistoryIndexParams,
+    HistoryIndexResult,
+    HistoryMaintainParams,
+    HistoryMaintainResult,
+    HistoryPartitionRow,
+    JobsMaintainParams,
+    JobsMaintainResult,
+    PeriodicHistoryContract,
+)
+from django_hopper.engine.postgres.periodic import PostgresPeriodicMixin
+from django_hopper.engine.postgres.support import (
+    LOCK_NOT_AVAILABLE,
+    QUERIES,
+    PostgresSupport,
+    _sqlstate,
+)
+from django_hopper.exceptions import DatabaseError
+
+UTC = dt.UTC
+DAY = dt.timedelta(days=1)
+PARTITION_PREFIX = "hopper_job_history_p"
+_PARTITION_NAME = re.compile(r"^hopper_job_history_p(\d{8})$")
+#: The default lock timeout of DDL on history and of upkeep.
+DEFAULT_LOCK_TIMEOUT = dt.timedelta(milliseconds=100)
+#: The hot tables upkeep keeps (the live job table first).
+HOT_TABLES = ("hopper_job", "hopper_job_dependency", "hopper_batch_progress")
+
+QUERY_CANCELED = "57014"
+DUPLICATE_TABLE = "42P07"
+UNDEFINED_TABLE = "42P01"
+
+
+def partition_name(day: dt.datetime) -> str:
+    """Return the name of the partition of the UTC day starting at ``day``."""
+    return f"{PARTITION_PREFIX}{day:%Y%m%d}"
+
+
+def partition_range(name: str) -> tuple[dt.datetime, dt.datetime] | None:
+    """Return the day range of a partition hopper named, None for any other."""
+    m = _PARTITION_NAME.match(name)
+    if m is None:
+        return None
+    lower = dt.datetime.strptime(m.group(1), "%Y%m%d").replace(tzinfo=UTC)
+    return lower, lower + DAY
+
+
+def start_of_day(value: dt.datetime) -> dt.datetime:
+    """Return the start of the UTC day of ``value``."""
+    return value.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def index_name(partition: str, parent_index: str) -> str:
+    """Return the name of a partition's copy of a parent index (at most 63 bytes)."""
+    name = f"{partition}_{parent_index}"
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return f"{name[:52]}_{digest}"
+
+
+def upkeep_action(
+    dead: int, live: int, changed: int, estimate: int, params: JobsMaintainParams
+) -> str | None:
+    """Decide what a hot table needs: "vacuum", "analyze" or nothing.
+
+    Vacuum once enough dead tuples piled up (the claim walks past their index
+    entries). Analyze when the planner's row estimate is off by
+    ``analyze_ratio`` either way for a table of some size (or was never
+    taken), or when enough rows changed since the last analyze.
+    """
+    if dead >= params.vacuum_dead_tuples:
+        return "vacuum"
+    if changed >= params.analyze_changes:
+        return "analyze"
+    size = max(live, estimate)
+    if size >= params.analyze_min_rows:
+        if estimate < 0:
+            return "analyze"
+        low = max(min(live, estimate), 1)
+        if size / low >= params.analyze_ratio:
+            return "analyze"
+    return None
+
+
+def _ms(value: dt.timedelta, default: dt.timedelta) -> str:
+    """Return a PostgreSQL duration setting in whole milliseconds (at least 1)."""
+    value = value if value > dt.timedelta(0) else default
+    return f"{max(1, int(value / dt.timedelta(milliseconds=1)))}ms"
+
+
+class PostgresHistoryMixin(PostgresSupport, PeriodicHistoryContract):
+    """``history_*`` and ``jobs_maintain`` of the PostgreSQL engine."""
+
+    # -- helpers ------------------------------------------------------------
+
+    def _run_text(self, builder: str, params: Mapping[str, Any]) -> None:
+        """Build a DDL statement with a ``*_sql`` query and run it, untranslated.
+
+        Callers handle lock and timeout errors themselves, so driver errors
+        pass through here.
+        """
+        with self.connection.cursor() as cursor:
+            cursor.execute(QUERIES[builder], params)
+            (statement,) = cursor.fetchone()
+            cursor.execute(statement)
+
+    def _raw_one(self, name: str, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        """Run a named query and return its row, untranslated (inside a unit)."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(QUERIES[name], params)
+            return cursor.fetchone()  # type: ignore[no-any-return]
+
+    @contextmanager
+    def _unit(self, lock_timeout: str) -> Iterator[None]:
+        """Run one unit of DDL in its own transaction (or savepoint) with a lock timeout."""
+        with transaction.atomic(using=self.alias):
+            with self.connection.cursor() as cursor:
+                cursor.execute(QUERIES["history_maintain"], {"value": lock_timeout})
+            yield
+
+    # -- partitions ---------------------------------------------------------
+
+    def history_partitions(self) -> list[HistoryPartitionRow]:
+        """List history's partitions, hopper's days with their range."""
+        out = []
+        for name, bound, estimate, is_default in self._fetchall("history_partitions", {}):
+            day = partition_range(name)
+            out.append(
+                HistoryPartitionRow(
+                    name=name,
+                    lower=day[0] if day else None,
+                    upper=day[1] if day else None,
+                    rows_estimate=int(estimate),
+                    is_default=bool(is_default),
+                    bound=bound or "",
+                )
+            )
+        return out
+
+    def history_maintain(self, params: HistoryMaintainParams) -> HistoryMaintainResult:
+        """Create days ahead, drop days past retention, prune the rest in chunks."""
+        now = params.now or self.now()
+        lock = _ms(params.lock_timeout, DEFAULT_LOCK_TIMEOUT)
+        result = HistoryMaintainResult()
+        parts = self.history_partitions()
+        if params.create:
+            self._create_ahead(now, params, lock, {p.name for p in parts}, result)
+        if params.drop:
+            self._drop_expired(now, params, lock, parts, result)
+        if params.prune:
+            self._prune(now, params, result)
+        return result
+
+    def _create_ahead(
+        self,
+        now: dt.datetime,
+        params: HistoryMaintainParams,
+        lock: str,
+        existing: set[str],
+        result: HistoryMaintainResult,
+    ) -> None:
+        """Create the missing days from today to ``create_ahead`` days ahead."""
+        today = start_of_day(now)
+        for i in range(max(params.create_ahead, 0) + 1):
+            lower = today + i * DAY
+            name = partition_name(lower)
+            if name in existing:
+                continue
+            if params.dry_run:
+                result.created.append(name)
+                continue
+            args = {"name": name, "lower": lower, "upper": lower + DAY}
+            try:
+                with self._unit(lock):
+                    if self._raw_one("history_maintain.default_has_rows", args)[0]:
+                        self._create_from_default(args)
+                    else:
+                        self._run_text("history_maintain.create_sql", args)
+            except DjangoDatabaseError as exc:
+                state = _sqlstate(exc)
+                if state == LOCK_NOT_AVAILABLE:
+                    result.deferred.append(name)
+                    continue
+                if state == DUPLICATE_TABLE:  # another leader created it
+                    continue
+                raise DatabaseError(f"history_maintain: creating {name}: {exc}") from exc
+            result.created.append(name)
+
+    def _create_from_default(self, args: Mapping[str, Any]) -> None:
+        """Create a day whose rows sit in DEFAULT: a table, the rows moved, attached.
+
+        PostgreSQL refuses a partition for a range DEFAULT has rows of; moving
+        them first under a lock on DEFAULT keeps them from being stranded.
+        """
+        with self.connection.cursor() as cursor:
+            cursor.execute(QUERIES["history_maintain.lock_default"])
+        self._run_text("history_maintain.create_table_sql", args)
+        self._run_text("history_maintain.move_from_default_sql", args)
+        self._run_text("history_maintain.attach_sql", args)
+
+    def _drop_expired(
+        self,
+        now: dt.datetime,
+        params: HistoryMaintainParams,
+        lock: str,
+        parts: list[HistoryPartitionRow],
+        result: HistoryMaintainResult,
+    ) -> None:
+        """Drop the days past the shorter retention whose survivors fit ``move_limit``."""
+        completed_before = now - params.completed_retention
+        failed_before = now - params.failed_retention
+        shorter = now - min(params.completed_retention, params.failed_retention)
+        longer = now - max(params.completed_retention, params.failed_retention)
+        for part in parts:
+            if part.lower is None or part.upper is None or part.upper > shorter:
+                continue
+            args = {
+                "name": part.name,
+                "lower": part.lower,
+                "upper": part.upper,
+                "completed_before": completed_before,
+                "failed_before": failed_before,
+                "limit": params.move_limit + 1,
+            }
+            survivors = 0
+            if part.upper > longer:
+                survivors = int(self._raw_one("history_maintain.count_survivors", args)[0])
+                if survivors > params.move_limit:
+                    result.kept.append(part.name)
+                    continue
+            if params.dry_run:
+                result.dropped.append(part.name)
+                continue
+            with self._atomic():
+                self._execute("history_maintain.delete_logs", args)
+            try:
+                with self._unit(lock):
+                    if survivors:
+                        self._run_text("history_maintain.detach_sql", args)
+                        self._run_text("history_maintain.move_survivors_sql", args)
+                    self._run_text("history_maintain.drop_sql", args)
+            except DjangoDatabaseError as exc:
+                state = _sqlstate(exc)
+                if state == LOCK_NOT_AVAILABLE:
+                    result.deferred.append(part.name)
+                    continue
+                if state == UNDEFINED_TABLE:  # another leader dropped it
+                    continue
+                raise DatabaseError(f"history_maintain: dropping {part.name}: {exc}") from exc
+            result.dropped.append(part.name)
+
+    def _prune(
+        self, now: dt.datetime, params: HistoryMaintainParams, result: HistoryMaintainResult
+    ) -> None:
+        """Delete rows past their own retention in bounded chunks, skipping deferred drops."""
+        args: dict[str, Any] = {
+            "completed_before": now - params.completed_retention,
+            "failed_before": now - params.failed_retention,
+            "skip": [*result.deferred, *(result.dropped if params.dry_run else ())],
+            "limit": max(params.chunk_size, 1),
+        }
+        if params.dry_run:
+            args["limit"] = max(params.chunk_size, 1) * max(params.max_chunks, 1)
+            result.pruned = int(self._raw_one("history_maintain.count_expired", args)[0])
+            return
+        for _ in range(max(params.max_chunks, 1)):
+            with self._atomic():
+                deleted = self._execute("history_maintain.prune", args)
+            result.pruned += deleted
+            if deleted < args["limit"]:
+                break
+
+    # -- indexes ------------------------------------------------------------
+
+    def history_index(self, params: HistoryIndexParams) -> HistoryIndexResult:
+        """Build, concurrently, each parent index a partition lacks, and attach it.
+
+        ``CREATE INDEX CONCURRENTLY`` cannot run in a transaction, so this
+        runs in autocommit. An advisory lock keeps two leaders from building
+        at once; the second finds it held and reports ``busy`` at once.
+        """
+        if self.connection.in_atomic_block:
+            raise DatabaseError(
+                "history_index builds indexes concurrently and must run outside a transaction"
+            )
+        result = HistoryIndexResult()
+        missing = [row for row in self._fetchall("history_index", {}) if row[3] not in params.skip]
+        if missing:
+            if not self._raw_one("history_index.try_lock", {})[0]:
+                result.busy = index_name(missing[0][3], missing[0][0])
+                return result
+            try:
+                self._build_missing(missing, params, result)
+            finally:
+                self._fetchone("history_index.unlock", {})
+        result.invalid = [row[0] for row in self._fetchall("history_index.invalid", {})]
+        return result
+
+    def _build_missing(
+        self, missing: list[tuple[Any, ...]], params: HistoryIndexParams, result: HistoryIndexResult
+    ) -> None:
+        """Build and attach each missing partition index under the pass's timeouts."""
+        old_lock, old_statement = self._raw_one("history_index.settings", {})
+        self._fetchone(
+            "history_index.set",
+            {
+                "lock_timeout": _ms(params.lock_timeout, DEFAULT_LOCK_TIMEOUT),
+                "statement_timeout": (
+                    _ms(params.statement_timeout, params.statement_timeout)
+                    if params.statement_timeout > dt.timedelta(0)
+                    else old_statement
+                ),
+            },
+        )
+        try:
+            for parent, tail, unique, partition in missing:
+                self._build_one(parent, tail, bool(unique), partition, result)
+        finally:
+            self._fetchone(
+                "history_index.set", {"lock_timeout": old_lock, "statement_timeout": old_statement}
+            )
+
+    def _build_one(
+        self, parent: str, tail: str, unique: bool, partition: str, result: HistoryIndexResult
+    ) -> None:
+        """Build one partition's index (again, if an earlier build left it invalid), attach it."""
+        name = index_name(partition, parent)
+        args = {
+            "name": name,
+            "partition": partition,
+            "parent": parent,
+            "unique": unique,
+            "tail": tail,
+        }
+        row = self._fetchone("history_index.existing", args)
+        try:
+            if row is not None and not row[0]:
+                self._run_text("history_index.drop_sql", args)
+            if row is None or not row[0]:
+                self._run_text("history_index.build_sql", args)
+        except DjangoDatabaseError as exc:
+            state = _sqlstate(exc)
+            self._drop_leftover(args)
+            if state == QUERY_CANCELED:
+                result.timed_out.append(partition)
+                return
+            if state == LOCK_NOT_AVAILABLE:
+                result.deferred.append(name)
+                return
+            raise DatabaseError(f"history_index: building {name}: {exc}") from exc
+        try:
+            self._run_text("history_index.attach_sql", args)
+        except DjangoDatabaseError as exc:
+            if _sqlstate(exc) in (LOCK_NOT_AVAILABLE, QUERY_CANCELED):
+                result.deferred.append(name)
+                return
+            raise DatabaseError(f"history_index: attaching {name}: {exc}") from exc
+        result.built.append(f"{partition}.{parent}")
+
+    def _drop_leftover(self, args: Mapping[str, Any]) -> None:
+        """Remove the invalid index a failed concurrent build leaves, if it can now."""
+        try:
+            self._run_text("history_index.drop_sql", args)
+        except DjangoDatabaseError:
+            pass  # the next pass finds it invalid and drops it then
+
+    # -- live-table upkeep --------------------------------------------------
+
+    def jobs_maintain(self, params: JobsMaintainParams | None = None) -> JobsMaintainResult:
+        """Vacuum or analyze each hot table that needs it, skipping any that is locked.
+
+        VACUUM cannot run inside a transaction: inside one, a table that needs
+        it is reported as failed (ANALYZE still runs). Each table is kept
+        whether or not another's maintenance fails.
+        """
+        params = params or JobsMaintainParams()
+        result = JobsMaintainResult()
+        stats = self._fetchall("jobs_maintain", {"tables": list(HOT_TABLES)})
+        old = self._raw_one(
+            "jobs_maintain.lock_timeout", {"value": _ms(dt.timedelta(0), DEFAULT_LOCK_TIMEOUT)}
+        )[0]
+        try:
+            for table, dead, live, changed, estimate in stats:
+                action = upkeep_action(int(dead), int(live), int(changed), int(estimate), params)
+                if action is None:
+                    continue
+                if action == "vacuum" and self.connection.in_atomic_block:
+                    result.tables[table] = "failed: VACUUM cannot run inside a transaction"
+                    continue
+                builder = (
+                    "jobs_maintain.vacuum_sql"
+                    if action == "vacuum"
+                    else ("jobs_maintain.analyze_sql")
+                )
+                try:
+                    if self.connection.in_atomic_block:
+                        with transaction.atomic(using=self.alias):
+                            self._run_text(builder, {"table": table})
+                    else:
+                        self._run_text(builder, {"table": table})
+                except DjangoDatabaseError as exc:
+                    result.tables[table] = f"failed: {exc}"
+                    continue
+                result.tables[table] = "vacuumed" if action == "vacuum" else "analyzed"
+        finally:
+            self._fetchone("jobs_maintain.restore", {"value": old})
+        state = result.tables.get(HOT_TABLES[0], "")
+        result.vacuumed = state == "vacuumed"
+        result.analyzed = state in ("vacuumed", "analyzed")
+        return result
+
+
+class PostgresPeriodicHistoryMixin(PostgresPeriodicMixin, PostgresHistoryMixin):
+    """Everything issue 6 adds to the PostgreSQL engine, to list before its base class."""

@@ -1,0 +1,504 @@
+"""Job methods of the PostgreSQL engine.
+
+The hot paths (insert, claim, finalize) are one statement each; see
+``queries/jobs.sql``. Operator actions that need several statements run in
+one atomic block, and raise their hopper exceptions only after it has ended,
+so that a caller's surrounding transaction stays usable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+
+from django_hopper.engine.base import (
+    CHANNEL_CONTROL,
+    CHANNEL_DONE,
+    CHANNEL_INSERT,
+    AttemptLog,
+    ConflictAction,
+    JobCancelParams,
+    JobClaimParams,
+    JobClaimResult,
+    JobDeleteParams,
+    JobDiscardExpiredParams,
+    JobFinalized,
+    JobFinalizeParams,
+    JobID,
+    JobInsertOpts,
+    JobInsertParams,
+    JobInsertResult,
+    JobListParams,
+    JobRecordProgressParams,
+    JobRescueParams,
+    JobRetryParams,
+    JobRow,
+    JobScheduleParams,
+    Progress,
+    RescueCandidate,
+)
+from django_hopper.engine.postgres import convert
+from django_hopper.engine.postgres.convert import JOB_WIDTH, job_from_row
+from django_hopper.engine.postgres.support import QUERIES, PostgresSupport, db_errors
+from django_hopper.exceptions import (
+    DatabaseError,
+    InvalidJob,
+    JobRunning,
+    NotFound,
+    UniqueConflict,
+)
+
+# The states of models.py, repeated so that the engine imports before the app
+# registry is ready (migrations load the engine class to read its features).
+LIVE_STATES = ("pending", "available", "scheduled", "retryable", "running")
+FINAL_STATES = ("completed", "canceled", "discarded")
+
+#: How often an insert re-reads unique keys whose holder vanished between the
+#: insert and the read (finalized by a concurrent transaction) before giving up.
+_UNIQUE_ROUNDS = 5
+
+_FINALIZE_SKIP_LOCKED = QUERIES["job_finalize_many"].replace("/*SKIP_LOCKED*/", "SKIP LOCKED")
+_PROGRESS_NOWAIT = QUERIES["job_record_progress"].replace("/*NOWAIT*/", "NOWAIT")
+
+_COPY_TYPES = [
+    "uuid", "text", "text", "text", "int2", "int4", "int4", "timestamptz", "int8", "jsonb",
+    "jsonb", "jsonb", "text", "text", "jsonb", "uuid", "timestamptz", "bool", "timestamptz",
+]  # fmt: skip
+
+
+def _limit(value: Any, field: str = "limit") -> int:
+    """Return a non-negative integer limit or raise InvalidJob naming it."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidJob(f"{field} must be a non-negative integer, not {value!r}", field=field)
+    return value
+
+
+_DEFAULT_OPTS = JobInsertOpts()
+
+
+class JobsMixin(PostgresSupport):
+    """Every job method of the contract."""
+
+    # -- insert ---------------------------------------------------------------
+
+    def job_insert_many(
+        self, params: Sequence[JobInsertParams], opts: JobInsertOpts = _DEFAULT_OPTS
+    ) -> list[JobInsertResult]:
+        """Insert a batch in one statement; settle unique keys only when the batch has them."""
+        if not params:
+            return []
+        if opts.on_conflict not in (ConflictAction.SKIP, ConflictAction.REPLACE):
+            raise InvalidJob(
+                f"on_conflict must be skip or replace, not {opts.on_conflict!r}",
+                field="on_conflict",
+            )
+        for p in params:
+            convert.validate_insert(p)
+        ids = convert.job_ids(params)
+        if not opts.notify and not any(p.unique_key is not None for p in params):
+            # The hot path: one statement, autocommit or the caller's transaction.
+            arrays = convert.insert_arrays(params, ids)
+            rows = self._fetchall("job_insert_many", {**arrays, "now": opts.now})
+            if len(rows) != len(params):  # pragma: no cover - no unique key, no conflict
+                raise DatabaseError(f"inserted {len(rows)} of {len(params)} jobs")
+            by_id = {row[0]: row for row in rows}
+            return [
+                JobInsertResult(convert.inserted_job(p, arrays, i, by_id[job_id]))
+                for i, (p, job_id) in enumerate(zip(params, ids, strict=True))
+            ]
+        with db_errors(), self._atomic():
+            results = self._insert_unique(params, ids, opts)
+            if opts.notify:
+                self._notify_inserted(results)
+        return results
+
+    def _insert_unique(
+        self, params: Sequence[JobInsertParams], ids: list[JobID], opts: JobInsertOpts
+    ) -> list[JobInsertResult]:
+        """Insert, then resolve the inputs whose unique key a job already holds.
+
+        The insert's ON CONFLICT waits for an uncommitted holder, so by the
+        time it skips an input the holder is committed and the next statement
+        reads it. A holder finalized in between is gone from the live table:
+        it is then found in history (unique_finished) or the input is inserted
+        in the next round. Inputs with unique_finished that were inserted are
+        checked against history afterwards, so that a job finalized while the
+        insert ran is still found.
+        """
+        n = len(params)
+        results: list[JobInsertResult | None] = [None] * n
+        pending = list(range(n))
+        for _ in range(_UNIQUE_ROUNDS):
+            sub = [params[i] for i in pending]
+            sub_ids = [ids[i] for i in pending]
+            arrays = convert.insert_arrays(sub, sub_ids)
+            rows = self._fetchall("job_insert_many", {**arrays, "now": opts.now})
+            returned = {row[0]: row for row in rows}
+            inserted = {
+                job_id: convert.inserted_job(p, arrays, k, returned[job_id])
+                for k, (p, job_id) in enumerate(zip(sub, sub_ids, strict=True))
+                if job_id in returned
+            }
+            missing: list[int] = []
+            for i in pending:
+                job = inserted.get(ids[i])
+                if job is None:
+                    missing.append(i)
+                else:
+                    results[i] = JobInsertResult(job)
+            holders = self._unique_holders([params[i] for i in missing], opts) if missing else {}
+            unresolved: list[int] = []
+            for i in missing:
+                holder = holders.get((params[i].kind, params[i].unique_key))
+                if holder is None:
+                    unresolved.append(i)
+                else:
+                    results[i] = JobInsertResult(holder, duplicate=True)
+            check = [
+                i
+                for i in pending
+                if params[i].unique_finished and (ids[i] in inserted or i in unresolved)
+            ]
+            if check:
+                finished = self._finished_duplicates([params[i] for i in check])
+                undo: list[JobID] = []
+                for pos, job in finished.items():
+                    i = check[pos]
+                    if ids[i] in inserted:
+                        undo.append(ids[i])
+                    else:
+                        unresolved.remove(i)
+                    results[i] = JobInsertResult(job, duplicate=True)
+                if undo:
+                    self._execute("job_insert_many.undo", {"ids": undo})
+            pending = unresolved
+            if not pending:
+                return [r for r in results if r is not None]
+        raise DatabaseError(
+            f"could not settle the unique keys of {len(pending)} job(s): their holders kept "
+            "changing while the insert ran"
+        )
+
+    def _unique_holders(
+        self, params: Sequence[JobInsertParams], opts: JobInsertOpts
+    ) -> dict[tuple[str, str | None], JobRow]:
+        """Read (or, with REPLACE, overwrite and read) the live jobs holding these keys."""
+        if opts.on_conflict == ConflictAction.REPLACE:
+            rows = self._fetchall(
+                "job_insert_many.replace",
+                {
+                    "kind": [p.kind for p in params],
+                    "unique_key": [p.unique_key for p in params],
+                    "priority": [p.priority for p in params],
+                    "max_attempts": [p.max_attempts for p in params],
+                    "scheduled_at": [p.scheduled_at for p in params],
+                    "args": [convert.dump_json(p.args, "args") for p in params],
+                    "metadata": [convert.dump_json(p.metadata, "metadata") for p in params],
+                    "now": opts.now,
+                },
+            )
+        else:
+            rows = self._fetchall(
+                "job_insert_many.existing",
+                {"kind": [p.kind for p in params], "unique_key": [p.unique_key for p in params]},
+            )
+        return {(row[1], row[14]): job_from_row(row) for row in rows}
+
+    def _finished_duplicates(self, params: Sequence[JobInsertParams]) -> dict[int, JobRow]:
+        """Return, by position in ``params``, the newest history job each input duplicates."""
+        rows = self._fetchall(
+            "job_insert_many.finished",
+            {
+                "kind": [p.kind for p in params],
+                "unique_key": [p.unique_key for p in params],
+                "states": [",".join(p.unique_finished) for p in params],
+            },
+        )
+        return {row[0] - 1: job_from_row(row[1:]) for row in rows}
+
+    def _notify_inserted(self, results: Sequence[JobInsertResult]) -> None:
+        """Wake the workers of each queue that got a new available job (at commit)."""
+        queues = sorted(
+            {r.job.queue for r in results if not r.duplicate and r.job.state == "available"}
+        )
+        if queues:
+            self.notify(CHANNEL_INSERT, queues)
+
+    def job_insert_copy(
+        self, params: Sequence[JobInsertParams], opts: JobInsertOpts = _DEFAULT_OPTS
+    ) -> list[JobInsertResult]:
+        """Bulk-load jobs with COPY: IDs made here, database now read once, rows built here."""
+        if not params:
+            return []
+        for p in params:
+            convert.validate_insert(p, copy=True)
+        ids = convert.job_ids(params)
+        with db_errors(), self._atomic():
+            now = opts.now or self.now()
+            jobs: list[JobRow] = []
+            with (
+                self.connection.cursor() as cursor,
+                cursor.cursor.copy(QUERIES["job_insert_copy"]) as copy,
+            ):
+                copy.set_types(_COPY_TYPES)
+                for job_id, p in zip(ids, params, strict=True):
+                    scheduled_at = p.scheduled_at or now
+                    state = "scheduled" if scheduled_at > now else "available"
+                    expires_at = now + p.ttl if p.ttl else None
+                    tags = list(p.tags)
+                    copy.write_row(
+                            (
+                                job_id, p.kind, p.queue, state, p.priority, 0, p.max_attempts,
+                                scheduled_at, 0, p.args, p.metadata, [], p.ordering_key,
+                                p.partition_key, tags, p.batch_id, expires_at, p.awaited, now,
+                            )
+                        )  # fmt: skip
+                    jobs.append(
+                        JobRow(
+                            id=job_id,
+                            kind=p.kind,
+                            queue=p.queue,
+                            state=state,
+                            priority=p.priority,
+                            attempt=0,
+                            max_attempts=p.max_attempts,
+                            scheduled_at=scheduled_at.astimezone(dt.UTC),
+                            created_at=now,
+                            args=p.args,
+                            metadata=p.metadata,
+                            ordering_key=p.ordering_key,
+                            partition_key=p.partition_key,
+                            tags=tags,
+                            batch_id=p.batch_id,
+                            expires_at=expires_at,
+                            awaited=p.awaited,
+                        )
+                    )
+            results = [JobInsertResult(job) for job in jobs]
+            if opts.notify:
+                self._notify_inserted(results)
+        return results
+
+    # -- claim and schedule ---------------------------------------------------
+
+    def job_claim(self, params: JobClaimParams) -> JobClaimResult:
+        """Claim up to ``limit`` jobs of a queue in one statement (SKIP LOCKED)."""
+        if _limit(params.limit) == 0:
+            return JobClaimResult(jobs=[])
+        rows = self._fetchall(
+            "job_claim",
+            {
+                "queue": params.queue,
+                "client_id": params.client_id,
+                "limit": params.limit,
+                "now": params.now,
+            },
+        )
+        return JobClaimResult(jobs=[job_from_row(row) for row in rows])
+
+    def job_schedule(self, params: JobScheduleParams) -> int:
+        """Promote due scheduled and retryable jobs and wake their queues' workers."""
+        if _limit(params.limit) == 0:
+            return 0
+        with db_errors(), self._atomic():
+            row = self._fetchone(
+                "job_schedule",
+                {"queue": params.queue, "limit": params.limit, "now": params.now},
+            )
+            count, queues = (row[0], row[1]) if row else (0, [])
+            if queues:
+                self.notify(CHANNEL_INSERT, sorted(queues))
+        return int(count)
+
+    # -- finalize and progress ------------------------------------------------
+
+    def job_finalize_many(self, params: JobFinalizeParams) -> list[JobFinalized]:
+        """Apply a batch of results in one statement, each fenced to its claim."""
+        if not params.jobs:
+            return []
+        keep_logs = _limit(params.keep_logs, "keep_logs")
+        # Two results with the same job and fence are one result twice: keep the first.
+        seen: set[tuple[JobID, int]] = set()
+        results = []
+        for f in params.jobs:
+            if (f.id, f.fence) not in seen:
+                seen.add((f.id, f.fence))
+                results.append(f)
+        leased = any(f.lease_token is not None for f in results)
+        sql = _FINALIZE_SKIP_LOCKED if params.skip_locked and not leased else None
+        values = {
+            **convert.finalize_arrays(results),
+            "now": params.now,
+            "done_channel": CHANNEL_DONE,
+            "has_logs": any(f.log is not None for f in results),
+            "has_snooze": any(f.snooze for f in results),
+            "has_dropped": any(f.state == "completed" and not f.archive for f in results),
+            "trim_logs": keep_logs > 0 and any(f.log is not None for f in results),
+            "keep_logs": keep_logs,
+        }
+        rows = self._fetchall("job_finalize_many", values, sql=sql)
+        return [JobFinalized(id=row[0], fence=row[1]) for row in rows]
+
+    def job_record_progress(self, params: JobRecordProgressParams) -> Progress | None:
+        """Store a running attempt's progress, fenced to its claim and attempt."""
+        values = {
+            "id": params.id,
+            "attempted_by": params.attempted_by,
+            "fence": params.fence,
+            "attempt": params.attempt,
+            "lease_token": params.lease_token,
+            "keep_step": bool(params.keep_step),
+            "step": params.step or "",
+            "cursor": convert.dump_json(params.cursor, "cursor"),
+            "now": params.now,
+        }
+        if not params.no_wait:
+            row = self._fetchone("job_record_progress", values)
+        elif self.connection.in_atomic_block:
+            # A refused lock aborts the transaction; a savepoint keeps the caller's usable.
+            with transaction.atomic(using=self.alias, savepoint=True):
+                row = self._fetchone("job_record_progress", values, sql=_PROGRESS_NOWAIT)
+        else:
+            row = self._fetchone("job_record_progress", values, sql=_PROGRESS_NOWAIT)
+        if row is None:
+            return None
+        return Progress.from_json(convert.load_json(row[0]))
+
+    # -- reads ----------------------------------------------------------------
+
+    def job_get(self, id: JobID) -> JobRow | None:
+        """Return a job, live first, then from history."""
+        row = self._fetchone("job_get", {"id": id})
+        return job_from_row(row) if row else None
+
+    def job_logs(self, id: JobID) -> list[AttemptLog]:
+        """Return a job's attempt logs, oldest first."""
+        return [convert.log_from_row(row) for row in self._fetchall("job_logs", {"id": id})]
+
+    def job_list(self, params: JobListParams) -> list[JobRow]:
+        """List live and history jobs together, in ID order, in one query."""
+        limit = _limit(params.limit)
+        if params.ordering_key is not None and params.queue is None:
+            raise InvalidJob(
+                "ordering_key needs queue: a key is a lane only within its queue",
+                field="ordering_key",
+            )
+        unknown = [s for s in params.states if s not in LIVE_STATES + FINAL_STATES]
+        if unknown:
+            raise InvalidJob(f"unknown job states {unknown!r}", field="states")
+        if params.metadata is not None and not isinstance(params.metadata, dict):
+            raise InvalidJob(
+                f"metadata must be a JSON object, not {params.metadata!r}", field="metadata"
+            )
+        if limit == 0:
+            return []
+        states = list(params.states) or None
+        values = {
+            "live": states is None or any(s in LIVE_STATES for s in states),
+            "history": states is None or any(s in FINAL_STATES for s in states),
+            "queue": params.queue,
+            "kinds": list(params.kinds) or None,
+            "states": states,
+            "ordering_key": params.ordering_key,
+            "after": params.after,
+            "ids": list(params.ids) or None,
+            "priorities": list(params.priorities) or None,
+            "tags_any": list(params.tags_any) or None,
+            "tags_all": list(params.tags_all) or None,
+            "metadata": (
+                None if params.metadata is None else convert.dump_json(params.metadata, "metadata")
+            ),
+            "limit": limit,
+        }
+        name = "job_list.newest_first" if params.newest_first else "job_list"
+        return [job_from_row(row) for row in self._fetchall(name, values)]
+
+    # -- operator actions -----------------------------------------------------
+
+    def job_cancel(self, params: JobCancelParams) -> JobRow:
+        """Cancel a waiting job, or ask a running one's client to stop."""
+        with db_errors(), self._atomic():
+            row = self._fetchone("job_cancel", {"id": params.id, "now": params.now})
+            if row is not None:
+                job = job_from_row(row)
+                if job.state == "running":
+                    payload = json.dumps({"action": "cancel", "job_id": str(job.id)})
+                    self.notify(CHANNEL_CONTROL, [payload])
+                elif job.awaited:
+                    self.notify(CHANNEL_DONE, [str(job.id)])
+        if row is None:
+            found = self.job_get(params.id)
+            if found is None:
+                raise NotFound(f"job {params.id} does not exist")
+            return found
+        return job
+
+    def job_retry(self, params: JobRetryParams) -> JobRow:
+        """Make a job available now, from history or from its wait."""
+        values = {"id": params.id, "from_start": bool(params.from_start), "now": params.now}
+        job: JobRow | None = None
+        error: Exception | None = None
+        with db_errors(), self._atomic():
+            lock = self._fetchone("job_retry.lock", {"id": params.id})
+            if lock is not None and lock[0] == "running":
+                error = JobRunning(f"job {params.id} is running; cancel it first")
+            elif lock is not None:
+                row = self._fetchone("job_retry", values)
+                job = job_from_row(row) if row else None
+            else:
+                row = self._fetchone("job_retry.history", values)
+                if row is None or not row[0]:
+                    error = NotFound(f"job {params.id} does not exist")
+                elif row[1] is None:
+                    error = UniqueConflict(
+                        f"job {params.id} cannot be retried: a live job holds its unique key"
+                    )
+                else:
+                    job = job_from_row(row[1 : 1 + JOB_WIDTH])
+            if job is not None and job.state == "available":
+                self.notify(CHANNEL_INSERT, [job.queue])
+        if error is not None:
+            raise error
+        if job is None:  # deleted between the lock and the update: cannot happen under lock
+            raise NotFound(f"job {params.id} does not exist")
+        return job
+
+    def job_delete(self, params: JobDeleteParams) -> JobRow:
+        """Remove a job that is not running (live or from history) with its logs."""
+        with db_errors(), self._atomic():
+            row = self._fetchone("job_delete", {"id": params.id})
+            job = job_from_row(row) if row else None
+            if job is not None and job.is_live and job.awaited:
+                self.notify(CHANNEL_DONE, [str(job.id)])
+        if job is None:
+            if self.job_get(params.id) is not None:
+                raise JobRunning(f"job {params.id} is running; cancel it first")
+            raise NotFound(f"job {params.id} does not exist")
+        return job
+
+    def job_discard_expired(self, params: JobDiscardExpiredParams) -> list[JobRow]:
+        """Move waiting jobs past their TTL to history as discarded."""
+        if _limit(params.limit) == 0:
+            return []
+        with db_errors(), self._atomic():
+            rows = self._fetchall("job_discard_expired", {"limit": params.limit, "now": params.now})
+            jobs = [job_from_row(row) for row in rows]
+            awaited = [str(job.id) for job in jobs if job.awaited]
+            if awaited:
+                self.notify(CHANNEL_DONE, awaited)
+        return jobs
+
+    def job_rescue_candidates(self, params: JobRescueParams) -> list[RescueCandidate]:
+        """List running jobs whose client is gone, or that have run too long."""
+        if _limit(params.limit) == 0:
+            return []
+        stuck_after = params.stuck_after if params.stuck_after > dt.timedelta(0) else None
+        rows = self._fetchall(
+            "job_rescue_candidates",
+            {"stuck_after": stuck_after, "limit": params.limit, "now": params.now},
+        )
+        return [RescueCandidate(job=job_from_row(row), stuck=bool(row[JOB_WIDTH])) for row in rows]

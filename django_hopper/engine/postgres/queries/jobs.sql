@@ -1,0 +1,710 @@
+-- Job queries of the PostgreSQL engine.
+--
+-- Every query that returns jobs returns the same 31 columns in the same order
+-- (convert.JOB_COLUMNS): the live table's 29, then finalized_at and output
+-- (NULL for live jobs). Database time is coalesce(%(now)s, now()), so tests
+-- can inject a clock. Optional filters are written `(%(x)s IS NULL OR ...)`:
+-- parameters are bound client side, so the planner folds the unused ones away.
+
+-- name: now
+SELECT now()
+
+-- name: schema_version
+SELECT coalesce(max(substring(name FROM '^[0-9]+')::int), 0)
+FROM django_migrations
+WHERE app = 'django_hopper'
+
+-- name: schema_version.exists
+SELECT to_regclass('django_migrations') IS NOT NULL
+
+-- name: job_insert_many
+-- One statement for the whole batch. A unique key held by a live job makes
+-- ON CONFLICT skip the input (waiting for an uncommitted holder), never an
+-- IntegrityError; the engine then reads the holder (job_insert_many.existing).
+-- It returns only what the database decided: the engine knows the rest.
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+input AS (
+    SELECT t.*, coalesce(t.sched, c.now) AS scheduled_at, c.now
+    FROM unnest(%(id)s::uuid[], %(kind)s::text[], %(queue)s::text[], %(priority)s::int2[],
+                %(max_attempts)s::int4[], %(scheduled_at)s::timestamptz[], %(args)s::text[],
+                %(metadata)s::text[], %(tags)s::text[], %(unique_key)s::text[],
+                %(ordering_key)s::text[], %(partition_key)s::text[], %(batch_id)s::uuid[],
+                %(ttl)s::interval[], %(awaited)s::bool[])
+         WITH ORDINALITY AS t(id, kind, queue, priority, max_attempts, sched, args, metadata,
+                              tags, unique_key, ordering_key, partition_key, batch_id, ttl,
+                              awaited, ord)
+    CROSS JOIN clock c
+)
+INSERT INTO hopper_job AS j (id, kind, queue, state, priority, attempt, max_attempts,
+                             scheduled_at, fence, args, metadata, errors, unique_key,
+                             ordering_key, partition_key, tags, batch_id, expires_at, awaited,
+                             created_at)
+SELECT i.id, i.kind, i.queue,
+       CASE WHEN i.scheduled_at > i.now THEN 'scheduled' ELSE 'available' END,
+       i.priority, 0, i.max_attempts, i.scheduled_at, 0, i.args::jsonb, i.metadata::jsonb,
+       '[]'::jsonb, i.unique_key, i.ordering_key, i.partition_key, i.tags::jsonb, i.batch_id,
+       i.now + i.ttl, i.awaited, i.now
+FROM input i
+ORDER BY i.ord
+ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+RETURNING j.id, j.state, j.scheduled_at, j.expires_at, j.created_at
+
+-- name: job_insert_many.existing
+-- The live jobs holding the unique keys of inputs the insert skipped.
+SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
+    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
+    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
+    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
+    j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+FROM hopper_job j
+JOIN unnest(%(kind)s::text[], %(unique_key)s::text[]) AS k(kind, unique_key)
+  ON j.kind = k.kind AND j.unique_key = k.unique_key
+WHERE j.unique_key IS NOT NULL
+
+-- name: job_insert_many.replace
+-- ConflictAction.REPLACE: overwrite the holders that are not running; return
+-- every holder as it is afterwards (the running ones unchanged).
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+input AS (
+    SELECT t.*, coalesce(t.sched, c.now) AS scheduled_at, c.now
+    FROM unnest(%(kind)s::text[], %(unique_key)s::text[], %(priority)s::int2[],
+                %(max_attempts)s::int4[], %(scheduled_at)s::timestamptz[], %(args)s::text[],
+                %(metadata)s::text[])
+         AS t(kind, unique_key, priority, max_attempts, sched, args, metadata)
+    CROSS JOIN clock c
+),
+replaced AS (
+    UPDATE hopper_job j
+    SET args = i.args::jsonb,
+        metadata = i.metadata::jsonb,
+        priority = i.priority,
+        max_attempts = i.max_attempts,
+        scheduled_at = i.scheduled_at,
+        state = CASE WHEN j.state = 'pending' THEN 'pending'
+                     WHEN i.scheduled_at > i.now THEN 'scheduled'
+                     ELSE 'available' END,
+        snooze_reason = NULL
+    FROM input i
+    WHERE j.kind = i.kind AND j.unique_key = i.unique_key AND j.unique_key IS NOT NULL
+      AND j.state <> 'running'
+    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
+        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
+        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
+        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
+        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+)
+SELECT * FROM replaced
+UNION ALL
+SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
+    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
+    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
+    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
+    j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+FROM hopper_job j
+JOIN input i ON j.kind = i.kind AND j.unique_key = i.unique_key
+WHERE j.unique_key IS NOT NULL AND j.state = 'running'
+
+-- name: job_insert_many.finished
+-- unique_finished: the newest job in history with the input's kind and key in
+-- one of its states (a comma-separated list), per input ordinal.
+SELECT DISTINCT ON (k.ord) k.ord, h.id, h.kind, h.queue, h.state, h.priority, h.attempt,
+    h.max_attempts, h.scheduled_at, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata,
+    h.errors, h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, h.expires_at,
+    h.cancel_requested_at, h.awaited, h.created_at, h.snooze_reason, h.progress, h.lease_token,
+    h.lease_expires_at, h.lease_renewed_at, h.step, h.finalized_at, h.output
+FROM unnest(%(kind)s::text[], %(unique_key)s::text[], %(states)s::text[])
+     WITH ORDINALITY AS k(kind, unique_key, states, ord)
+JOIN hopper_job_history h
+  ON h.kind = k.kind AND h.unique_key = k.unique_key
+ AND h.state = ANY (string_to_array(k.states, ','))
+WHERE h.unique_key IS NOT NULL
+ORDER BY k.ord, h.finalized_at DESC, h.id DESC
+
+-- name: job_insert_many.undo
+-- Remove jobs this insert made that turned out to duplicate a finished job.
+DELETE FROM hopper_job WHERE id = ANY (%(ids)s::uuid[])
+
+-- name: job_insert_copy
+COPY hopper_job (id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, fence,
+                 args, metadata, errors, ordering_key, partition_key, tags, batch_id, expires_at,
+                 awaited, created_at)
+FROM STDIN (FORMAT BINARY)
+
+-- name: job_claim
+-- One statement. `due` locks scheduled/retryable jobs whose time has come
+-- (index hopper_job_due), `avail` the best available ones (index
+-- hopper_job_claim); the best `limit` of both are claimed, and the due ones
+-- not claimed are promoted to available. A paused queue yields nothing: the
+-- uncorrelated NOT EXISTS is one primary-key probe, evaluated once, no lock.
+WITH due AS (
+    SELECT j.id, j.priority, j.scheduled_at, j.expires_at
+    FROM hopper_job j
+    WHERE j.queue = %(queue)s
+      AND j.state IN ('scheduled', 'retryable')
+      AND j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
+      AND NOT EXISTS (SELECT 1 FROM hopper_queue q
+                      WHERE q.name = %(queue)s AND q.paused_at IS NOT NULL)
+    ORDER BY j.scheduled_at
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+),
+avail AS (
+    SELECT j.id, j.priority, j.scheduled_at
+    FROM hopper_job j
+    WHERE j.queue = %(queue)s
+      AND j.state = 'available'
+      AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
+      AND NOT EXISTS (SELECT 1 FROM hopper_queue q
+                      WHERE q.name = %(queue)s AND q.paused_at IS NOT NULL)
+    ORDER BY j.priority DESC, j.scheduled_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+),
+picked AS (
+    SELECT u.id FROM (
+        SELECT a.id, a.priority, a.scheduled_at FROM avail a
+        UNION ALL
+        SELECT d.id, d.priority, d.scheduled_at FROM due d
+        WHERE d.expires_at IS NULL OR d.expires_at > coalesce(%(now)s::timestamptz, now())
+    ) u
+    ORDER BY u.priority DESC, u.scheduled_at, u.id
+    LIMIT %(limit)s
+),
+promoted AS (
+    UPDATE hopper_job j
+    SET state = 'available', snooze_reason = NULL
+    FROM due d
+    WHERE j.id = d.id AND d.id NOT IN (SELECT p.id FROM picked p)
+),
+claimed AS (
+    UPDATE hopper_job j
+    SET state = 'running',
+        attempt = j.attempt + 1,
+        fence = j.fence + 1,
+        attempted_at = coalesce(%(now)s::timestamptz, now()),
+        attempted_by = %(client_id)s,
+        snooze_reason = NULL,
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        lease_renewed_at = NULL
+    FROM picked p
+    WHERE j.id = p.id
+    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
+        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
+        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
+        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
+        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+)
+SELECT * FROM claimed ORDER BY priority DESC, scheduled_at, id
+
+-- name: job_schedule
+-- Promote due scheduled/retryable jobs (the leader's sweep); returns how many
+-- and the queues that got them, to wake their workers.
+WITH due AS (
+    SELECT j.id
+    FROM hopper_job j
+    WHERE j.state IN ('scheduled', 'retryable')
+      AND j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+    ORDER BY j.scheduled_at
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+),
+promoted AS (
+    UPDATE hopper_job j
+    SET state = 'available', snooze_reason = NULL
+    FROM due d
+    WHERE j.id = d.id
+    RETURNING j.queue
+)
+SELECT count(*), coalesce(array_agg(DISTINCT queue), '{}'::text[]) FROM promoted
+
+-- name: job_finalize_many
+-- One statement for a batch of results. `locked` keeps the results whose job
+-- is still running in the claim that produced them (client or lease, fence),
+-- applying "cancel wins"; terminal ones move to history (or vanish, for
+-- completed with archive false), the others stay live. Logs, log trimming
+-- and the done notifications of awaited jobs happen in the same statement.
+-- The %(has_*)s flags are literals, so the planner drops the unused parts.
+WITH input AS (
+    SELECT *
+    FROM unnest(%(id)s::uuid[], %(attempted_by)s::int8[], %(fence)s::int8[],
+                %(lease_token)s::uuid[], %(state)s::text[], %(delay)s::interval[],
+                %(snooze)s::bool[], %(snooze_reason)s::text[], %(error)s::text[],
+                %(output)s::text[], %(log)s::text[], %(archive)s::bool[])
+         WITH ORDINALITY AS t(id, attempted_by, fence, lease_token, state, delay, snooze,
+                              snooze_reason, error, output, log, archive, ord)
+),
+clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+locked AS (
+    SELECT j.id, j.fence, j.attempt, j.awaited, i.ord, i.delay, i.snooze, i.snooze_reason,
+           i.error, i.output, i.log, i.archive,
+           CASE WHEN i.state IN ('retryable', 'scheduled') AND j.cancel_requested_at IS NOT NULL
+                THEN 'canceled' ELSE i.state END AS state,
+           i.state = 'completed' AND NOT i.archive AS dropped
+    FROM hopper_job j
+    JOIN input i ON j.id = i.id
+    WHERE j.state = 'running'
+      AND j.fence = i.fence
+      AND CASE WHEN i.lease_token IS NULL
+               THEN j.lease_token IS NULL AND j.attempted_by = i.attempted_by
+               ELSE j.lease_token = i.lease_token END
+    ORDER BY j.id
+    FOR UPDATE OF j /*SKIP_LOCKED*/
+),
+gone AS (
+    DELETE FROM hopper_job j
+    USING locked m
+    WHERE j.id = m.id AND m.state IN ('completed', 'canceled', 'discarded')
+    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
+        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
+        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
+        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
+        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output, m.state AS new_state, m.dropped,
+       m.error AS new_error,
+              m.output AS new_output
+),
+archived AS (
+    INSERT INTO hopper_job_history (id, kind, queue, state, priority, attempt, max_attempts,
+        scheduled_at, attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
+        ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at, awaited,
+        created_at, snooze_reason, progress, lease_token, lease_expires_at, lease_renewed_at,
+        step, finalized_at, output)
+    SELECT g.id, g.kind, g.queue, g.new_state, g.priority, g.attempt, g.max_attempts,
+           g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, g.metadata,
+           CASE WHEN g.new_error IS NULL THEN g.errors
+                ELSE g.errors || jsonb_build_array(jsonb_build_object('at', c.now)
+                                                   || g.new_error::jsonb) END,
+           g.unique_key, g.ordering_key, g.partition_key, g.tags, g.batch_id, g.expires_at,
+           g.cancel_requested_at, g.awaited, g.created_at, NULL, g.progress, NULL, NULL, NULL,
+           g.step,
+           c.now, g.new_output::jsonb
+    FROM gone g CROSS JOIN clock c
+    WHERE NOT g.dropped
+),
+kept AS (
+    UPDATE hopper_job j
+    SET state = m.state,
+        scheduled_at = c.now + m.delay,
+        attempt = CASE WHEN m.snooze THEN j.attempt - 1 ELSE j.attempt END,
+        snooze_reason = CASE WHEN m.snooze AND m.state = 'scheduled' THEN m.snooze_reason END,
+        errors = CASE WHEN m.error IS NULL THEN j.errors
+                      ELSE j.errors || jsonb_build_array(jsonb_build_object('at', c.now)
+                                                         || m.error::jsonb) END,
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        lease_renewed_at = NULL
+    FROM locked m CROSS JOIN clock c
+    WHERE j.id = m.id AND m.state IN ('retryable', 'scheduled')
+),
+logs_dropped AS (
+    DELETE FROM hopper_job_log l
+    USING locked m
+    WHERE %(has_dropped)s AND l.job_id = m.id AND m.dropped
+),
+logs_unsnoozed AS (
+    DELETE FROM hopper_job_log l
+    USING locked m
+    WHERE %(has_snooze)s AND l.job_id = m.id AND m.snooze AND NOT m.dropped
+      AND l.attempt = m.attempt AND l.snoozed
+),
+logs_added AS (
+    INSERT INTO hopper_job_log (job_id, attempt, snoozed, log, created_at)
+    SELECT m.id, m.attempt, m.snooze, m.log, c.now
+    FROM locked m CROSS JOIN clock c
+    WHERE %(has_logs)s AND m.log IS NOT NULL AND NOT m.dropped
+),
+logs_trimmed AS (
+    DELETE FROM hopper_job_log l
+    WHERE %(trim_logs)s AND l.id IN (
+        SELECT x.id
+        FROM (
+            SELECT l2.id,
+                   row_number() OVER (PARTITION BY l2.job_id ORDER BY l2.id DESC) AS n
+            FROM hopper_job_log l2
+            JOIN locked m ON l2.job_id = m.id
+            WHERE m.log IS NOT NULL AND NOT m.dropped
+              AND NOT (m.snooze AND l2.attempt = m.attempt AND l2.snoozed)
+        ) x
+        WHERE x.n >= %(keep_logs)s
+    )
+),
+done AS (
+    SELECT count(pg_notify(%(done_channel)s, g.id::text)) AS n
+    FROM gone g
+    WHERE g.awaited
+)
+SELECT m.id, m.fence
+FROM locked m CROSS JOIN done
+ORDER BY m.ord
+
+-- name: job_record_progress
+-- Fenced like a finalize, and on the attempt number too. /*NOWAIT*/ becomes
+-- NOWAIT for no_wait.
+WITH target AS (
+    SELECT j.id
+    FROM hopper_job j
+    WHERE j.id = %(id)s::uuid
+      AND j.state = 'running'
+      AND j.fence = %(fence)s
+      AND j.attempt = %(attempt)s
+      AND CASE WHEN %(lease_token)s::uuid IS NULL
+               THEN j.lease_token IS NULL AND j.attempted_by = %(attempted_by)s::int8
+               ELSE j.lease_token = %(lease_token)s::uuid END
+    FOR UPDATE /*NOWAIT*/
+)
+UPDATE hopper_job j
+SET progress = jsonb_build_object(
+        'step', CASE WHEN %(keep_step)s THEN coalesce(j.progress ->> 'step', '')
+                     ELSE %(step)s::text END,
+        'cursor', %(cursor)s::jsonb,
+        'at', coalesce(%(now)s::timestamptz, now()))
+FROM target t
+WHERE j.id = t.id
+RETURNING j.progress
+
+-- name: job_get
+-- Live first, then the newest history row.
+(SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
+j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
+j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
+j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
+j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at,
+       NULL::jsonb AS output FROM hopper_job j WHERE j.id = %(id)s::uuid)
+UNION ALL
+(SELECT h.id, h.kind, h.queue, h.state, h.priority, h.attempt, h.max_attempts, h.scheduled_at,
+h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors, h.unique_key,
+h.ordering_key, h.partition_key, h.tags, h.batch_id, h.expires_at, h.cancel_requested_at,
+h.awaited, h.created_at, h.snooze_reason, h.progress, h.lease_token, h.lease_expires_at,
+h.lease_renewed_at, h.step, h.finalized_at,
+h.output FROM hopper_job_history h WHERE h.id = %(id)s::uuid
+ ORDER BY h.finalized_at DESC LIMIT 1)
+LIMIT 1
+
+-- name: job_logs
+SELECT attempt, snoozed, log FROM hopper_job_log WHERE job_id = %(id)s::uuid ORDER BY id
+
+-- name: job_list
+-- Live and history in one query, each side filtered, ordered and limited
+-- before the merge. %(live)s / %(history)s say which tables the states need.
+SELECT * FROM (
+    (SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
+    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
+    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
+    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
+    j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+     FROM hopper_job j
+     WHERE %(live)s
+       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+       AND (%(kinds)s::text[] IS NULL OR j.kind = ANY (%(kinds)s::text[]))
+       AND (%(states)s::text[] IS NULL OR j.state = ANY (%(states)s::text[]))
+       AND (%(ordering_key)s::text IS NULL OR j.ordering_key = %(ordering_key)s::text)
+       AND (%(after)s::uuid IS NULL OR j.id > %(after)s::uuid)
+       AND (%(ids)s::uuid[] IS NULL OR j.id = ANY (%(ids)s::uuid[]))
+       AND (%(priorities)s::int2[] IS NULL OR j.priority = ANY (%(priorities)s::int2[]))
+       AND (%(tags_any)s::text[] IS NULL OR j.tags ?| %(tags_any)s::text[])
+       AND (%(tags_all)s::text[] IS NULL OR j.tags ?& %(tags_all)s::text[])
+       AND (%(metadata)s::jsonb IS NULL OR j.metadata @> %(metadata)s::jsonb)
+     ORDER BY j.id
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT h.id, h.kind, h.queue, h.state, h.priority, h.attempt, h.max_attempts, h.scheduled_at,
+    h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors, h.unique_key,
+    h.ordering_key, h.partition_key, h.tags, h.batch_id, h.expires_at, h.cancel_requested_at,
+    h.awaited, h.created_at, h.snooze_reason, h.progress, h.lease_token, h.lease_expires_at,
+    h.lease_renewed_at, h.step, h.finalized_at, h.output
+     FROM hopper_job_history h
+     WHERE %(history)s
+       AND (%(queue)s::text IS NULL OR h.queue = %(queue)s::text)
+       AND (%(kinds)s::text[] IS NULL OR h.kind = ANY (%(kinds)s::text[]))
+       AND (%(states)s::text[] IS NULL OR h.state = ANY (%(states)s::text[]))
+       AND (%(ordering_key)s::text IS NULL OR h.ordering_key = %(ordering_key)s::text)
+       AND (%(after)s::uuid IS NULL OR h.id > %(after)s::uuid)
+       AND (%(ids)s::uuid[] IS NULL OR h.id = ANY (%(ids)s::uuid[]))
+       AND (%(priorities)s::int2[] IS NULL OR h.priority = ANY (%(priorities)s::int2[]))
+       AND (%(tags_any)s::text[] IS NULL OR h.tags ?| %(tags_any)s::text[])
+       AND (%(tags_all)s::text[] IS NULL OR h.tags ?& %(tags_all)s::text[])
+       AND (%(metadata)s::jsonb IS NULL OR h.metadata @> %(metadata)s::jsonb)
+     ORDER BY h.id
+     LIMIT %(limit)s)
+) u
+ORDER BY u.id
+LIMIT %(limit)s
+
+-- name: job_list.newest_first
+-- job_list in descending ID order.
+SELECT * FROM (
+    (SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
+    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
+    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
+    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
+    j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+     FROM hopper_job j
+     WHERE %(live)s
+       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+       AND (%(kinds)s::text[] IS NULL OR j.kind = ANY (%(kinds)s::text[]))
+       AND (%(states)s::text[] IS NULL OR j.state = ANY (%(states)s::text[]))
+       AND (%(ordering_key)s::text IS NULL OR j.ordering_key = %(ordering_key)s::text)
+       AND (%(after)s::uuid IS NULL OR j.id < %(after)s::uuid)
+       AND (%(ids)s::uuid[] IS NULL OR j.id = ANY (%(ids)s::uuid[]))
+       AND (%(priorities)s::int2[] IS NULL OR j.priority = ANY (%(priorities)s::int2[]))
+       AND (%(tags_any)s::text[] IS NULL OR j.tags ?| %(tags_any)s::text[])
+       AND (%(tags_all)s::text[] IS NULL OR j.tags ?& %(tags_all)s::text[])
+       AND (%(metadata)s::jsonb IS NULL OR j.metadata @> %(metadata)s::jsonb)
+     ORDER BY j.id DESC
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT h.id, h.kind, h.queue, h.state, h.priority, h.attempt, h.max_attempts, h.scheduled_at,
+    h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors, h.unique_key,
+    h.ordering_key, h.partition_key, h.tags, h.batch_id, h.expires_at, h.cancel_requested_at,
+    h.awaited, h.created_at, h.snooze_reason, h.progress, h.lease_token, h.lease_expires_at,
+    h.lease_renewed_at, h.step, h.finalized_at, h.output
+     FROM hopper_job_history h
+     WHERE %(history)s
+       AND (%(queue)s::text IS NULL OR h.queue = %(queue)s::text)
+       AND (%(kinds)s::text[] IS NULL OR h.kind = ANY (%(kinds)s::text[]))
+       AND (%(states)s::text[] IS NULL OR h.state = ANY (%(states)s::text[]))
+       AND (%(ordering_key)s::text IS NULL OR h.ordering_key = %(ordering_key)s::text)
+       AND (%(after)s::uuid IS NULL OR h.id < %(after)s::uuid)
+       AND (%(ids)s::uuid[] IS NULL OR h.id = ANY (%(ids)s::uuid[]))
+       AND (%(priorities)s::int2[] IS NULL OR h.priority = ANY (%(priorities)s::int2[]))
+       AND (%(tags_any)s::text[] IS NULL OR h.tags ?| %(tags_any)s::text[])
+       AND (%(tags_all)s::text[] IS NULL OR h.tags ?& %(tags_all)s::text[])
+       AND (%(metadata)s::jsonb IS NULL OR h.metadata @> %(metadata)s::jsonb)
+     ORDER BY h.id DESC
+     LIMIT %(limit)s)
+) u
+ORDER BY u.id DESC
+LIMIT %(limit)s
+
+-- name: job_cancel
+-- A waiting job moves to history as canceled; a running one gets a cancel
+-- request (an earlier request's time is kept). Returns the job afterwards, or
+-- nothing when it is not live.
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+target AS (
+    SELECT j.id, j.state FROM hopper_job j WHERE j.id = %(id)s::uuid FOR UPDATE
+),
+gone AS (
+    DELETE FROM hopper_job j
+    USING target t
+    WHERE j.id = t.id AND t.state <> 'running'
+    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
+        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
+        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
+        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
+        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+),
+archived AS (
+    INSERT INTO hopper_job_history (id, kind, queue, state, priority, attempt, max_attempts,
+        scheduled_at, attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
+        ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at, awaited,
+        created_at, snooze_reason, progress, lease_token, lease_expires_at, lease_renewed_at,
+        step, finalized_at, output)
+    SELECT g.id, g.kind, g.queue, 'canceled', g.priority, g.attempt, g.max_attempts,
+           g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, g.metadata,
+           g.errors || jsonb_build_array(jsonb_build_object(
+               'at', c.now, 'attempt', g.attempt, 'error', 'canceled', 'rescue', 'canceled')),
+           g.unique_key, g.ordering_key, g.partition_key, g.tags, g.batch_id, g.expires_at,
+           g.cancel_requested_at, g.awaited, g.created_at, NULL, g.progress, NULL, NULL, NULL,
+           g.step,
+           c.now, NULL
+    FROM gone g CROSS JOIN clock c
+    RETURNING hopper_job_history.id, hopper_job_history.kind, hopper_job_history.queue,
+        hopper_job_history.state, hopper_job_history.priority, hopper_job_history.attempt,
+        hopper_job_history.max_attempts, hopper_job_history.scheduled_at,
+        hopper_job_history.attempted_at, hopper_job_history.attempted_by,
+        hopper_job_history.fence, hopper_job_history.args, hopper_job_history.metadata,
+        hopper_job_history.errors, hopper_job_history.unique_key, hopper_job_history.ordering_key,
+        hopper_job_history.partition_key, hopper_job_history.tags, hopper_job_history.batch_id,
+        hopper_job_history.expires_at, hopper_job_history.cancel_requested_at,
+        hopper_job_history.awaited, hopper_job_history.created_at,
+        hopper_job_history.snooze_reason, hopper_job_history.progress,
+        hopper_job_history.lease_token, hopper_job_history.lease_expires_at,
+        hopper_job_history.lease_renewed_at, hopper_job_history.step,
+        hopper_job_history.finalized_at, hopper_job_history.output
+),
+requested AS (
+    UPDATE hopper_job j
+    SET cancel_requested_at = coalesce(j.cancel_requested_at, c.now)
+    FROM target t CROSS JOIN clock c
+    WHERE j.id = t.id AND t.state = 'running'
+    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
+        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
+        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
+        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
+        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+)
+SELECT * FROM archived
+UNION ALL
+SELECT * FROM requested
+
+-- name: job_retry.lock
+SELECT state FROM hopper_job WHERE id = %(id)s::uuid FOR UPDATE
+
+-- name: job_retry
+-- A waiting job: run now, TTL cleared; pending stays pending.
+UPDATE hopper_job j
+SET scheduled_at = coalesce(%(now)s::timestamptz, now()),
+    expires_at = NULL,
+    snooze_reason = NULL,
+    state = CASE WHEN j.state = 'pending' THEN 'pending' ELSE 'available' END,
+    progress = CASE WHEN %(from_start)s THEN NULL ELSE j.progress END
+WHERE j.id = %(id)s::uuid AND j.state <> 'running'
+RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
+    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
+    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
+    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
+    j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+
+-- name: job_retry.history
+-- A finished job back to live, available now, one more attempt allowed if it
+-- had run out. A live job holding its unique key makes the insert do nothing
+-- (and nothing is deleted): `found` says whether the job was in history.
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+h AS (
+    SELECT * FROM hopper_job_history
+    WHERE id = %(id)s::uuid
+    ORDER BY finalized_at DESC
+    LIMIT 1
+    FOR UPDATE
+),
+revived AS (
+    INSERT INTO hopper_job AS j (id, kind, queue, state, priority, attempt, max_attempts,
+        scheduled_at, attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
+        ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at, awaited,
+        created_at, snooze_reason, progress, lease_token, lease_expires_at, lease_renewed_at, step)
+    SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
+           CASE WHEN h.attempt >= h.max_attempts THEN h.attempt + 1 ELSE h.max_attempts END,
+           c.now, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
+           h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, NULL, NULL,
+           h.awaited, h.created_at, NULL,
+           CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step
+    FROM h CROSS JOIN clock c
+    ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
+        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
+        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
+        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
+        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+),
+removed AS (
+    DELETE FROM hopper_job_history d USING revived r WHERE d.id = r.id
+)
+SELECT (SELECT count(*) FROM h) AS found, r.*
+FROM (SELECT 1) one
+LEFT JOIN revived r ON true
+
+-- name: job_delete
+-- Remove a job that is not running, live or from history, with its logs.
+WITH live AS (
+    DELETE FROM hopper_job j
+    WHERE j.id = %(id)s::uuid AND j.state <> 'running'
+    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
+        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
+        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
+        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
+        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+),
+hist AS (
+    DELETE FROM hopper_job_history h
+    WHERE h.id = %(id)s::uuid
+    RETURNING h.id, h.kind, h.queue, h.state, h.priority, h.attempt, h.max_attempts,
+        h.scheduled_at, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
+        h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, h.expires_at,
+        h.cancel_requested_at, h.awaited, h.created_at, h.snooze_reason, h.progress,
+        h.lease_token, h.lease_expires_at, h.lease_renewed_at, h.step, h.finalized_at, h.output
+),
+logs AS (
+    DELETE FROM hopper_job_log l
+    WHERE l.job_id = %(id)s::uuid
+      AND (EXISTS (SELECT 1 FROM live) OR EXISTS (SELECT 1 FROM hist))
+)
+SELECT * FROM live
+UNION ALL
+(SELECT * FROM hist ORDER BY finalized_at DESC LIMIT 1)
+
+-- name: job_discard_expired
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+expired AS (
+    SELECT j.id
+    FROM hopper_job j
+    WHERE j.expires_at <= (SELECT now FROM clock)
+      AND j.state IN ('pending', 'available', 'scheduled', 'retryable')
+    ORDER BY j.expires_at
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+),
+gone AS (
+    DELETE FROM hopper_job j
+    USING expired e
+    WHERE j.id = e.id
+    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
+        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
+        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
+        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
+        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+)
+INSERT INTO hopper_job_history (id, kind, queue, state, priority, attempt, max_attempts,
+    scheduled_at, attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
+    ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at, awaited,
+    created_at, snooze_reason, progress, lease_token, lease_expires_at, lease_renewed_at, step,
+    finalized_at, output)
+SELECT g.id, g.kind, g.queue, 'discarded', g.priority, g.attempt, g.max_attempts,
+       g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, g.metadata,
+       g.errors || jsonb_build_array(jsonb_build_object(
+           'at', c.now, 'attempt', g.attempt, 'error', 'expired before it could run',
+           'rescue', 'ttl_expired')),
+       g.unique_key, g.ordering_key, g.partition_key, g.tags, g.batch_id, g.expires_at,
+       g.cancel_requested_at, g.awaited, g.created_at, NULL, g.progress, NULL, NULL, NULL, g.step,
+       c.now, NULL
+FROM gone g CROSS JOIN clock c
+RETURNING hopper_job_history.id, hopper_job_history.kind, hopper_job_history.queue,
+    hopper_job_history.state, hopper_job_history.priority, hopper_job_history.attempt,
+    hopper_job_history.max_attempts, hopper_job_history.scheduled_at,
+    hopper_job_history.attempted_at, hopper_job_history.attempted_by, hopper_job_history.fence,
+    hopper_job_history.args, hopper_job_history.metadata, hopper_job_history.errors,
+    hopper_job_history.unique_key, hopper_job_history.ordering_key,
+    hopper_job_history.partition_key, hopper_job_history.tags, hopper_job_history.batch_id,
+    hopper_job_history.expires_at, hopper_job_history.cancel_requested_at,
+    hopper_job_history.awaited, hopper_job_history.created_at, hopper_job_history.snooze_reason,
+    hopper_job_history.progress, hopper_job_history.lease_token,
+    hopper_job_history.lease_expires_at, hopper_job_history.lease_renewed_at,
+    hopper_job_history.step, hopper_job_history.finalized_at, hopper_job_history.output
+
+-- name: job_rescue_candidates
+-- Running jobs (without a job lease) whose client has no live lease, and,
+-- with %(stuck_after)s, any running job claimed before now - stuck_after.
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
+    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
+    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
+    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
+    j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output, NOT x.orphan AS stuck
+FROM hopper_job j
+CROSS JOIN clock c
+CROSS JOIN LATERAL (
+    SELECT j.lease_token IS NULL AND NOT EXISTS (
+        SELECT 1 FROM hopper_client cl WHERE cl.id = j.attempted_by AND cl.expires_at > c.now
+    ) AS orphan
+) x
+WHERE j.state = 'running'
+  AND (x.orphan OR (%(stuck_after)s::interval IS NOT NULL
+                    AND j.attempted_at <= c.now - %(stuck_after)s::interval))
+ORDER BY j.attempted_at, j.id
+LIMIT %(limit)s

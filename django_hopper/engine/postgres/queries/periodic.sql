@@ -1,0 +1,47 @@
+-- Periodic slots and registrations (issue 6).
+
+-- name: periodic_insert
+-- Record the slot only if it is later than the recorded one. Of two leaders,
+-- the second waits on the row (or the speculative insert) and then finds the
+-- WHERE false: a slot is recorded, and so inserted, at most once. The job
+-- itself is inserted by job_insert_many in the same transaction.
+INSERT INTO hopper_periodic_slot (name, last_slot, job_id, inserted_at)
+VALUES (%(name)s, %(slot)s, %(job_id)s, coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (name) DO UPDATE
+   SET last_slot = EXCLUDED.last_slot,
+       job_id = EXCLUDED.job_id,
+       inserted_at = EXCLUDED.inserted_at
+ WHERE hopper_periodic_slot.last_slot < EXCLUDED.last_slot
+RETURNING name;
+
+-- name: periodic_insert.job_id
+-- The job was a unique-key duplicate: the slot points at the existing job.
+UPDATE hopper_periodic_slot SET job_id = %(job_id)s WHERE name = %(name)s;
+
+-- name: periodic_last_slots
+SELECT name, last_slot FROM hopper_periodic_slot ORDER BY name;
+
+-- name: periodic_register
+-- Lock the client's row so that a concurrent prune or delete waits for this
+-- transaction; no row (expired or deleted) means nothing is recorded.
+SELECT id FROM hopper_client
+ WHERE id = %(client_id)s AND expires_at > coalesce(%(now)s::timestamptz, now())
+   FOR SHARE;
+
+-- name: periodic_register.delete
+DELETE FROM hopper_periodic_registration r
+ WHERE r.client_id = %(client_id)s
+    OR NOT EXISTS (SELECT 1 FROM hopper_client c WHERE c.id = r.client_id);
+
+-- name: periodic_register.insert
+INSERT INTO hopper_periodic_registration (client_id, name, definition, digest, registered_at)
+SELECT %(client_id)s, r.name, r.definition, r.digest, coalesce(%(now)s::timestamptz, now())
+  FROM jsonb_to_recordset(%(registrations)s::jsonb)
+       AS r(name text, definition jsonb, digest text);
+
+-- name: periodic_registrations
+SELECT r.name, r.definition, r.digest, r.client_id, c.started_at, r.registered_at
+  FROM hopper_periodic_registration r
+  JOIN hopper_client c ON c.id = r.client_id
+ WHERE c.expires_at > coalesce(%(now)s::timestamptz, now())
+ ORDER BY r.name, c.started_at DESC, r.client_id DESC;

@@ -1,0 +1,197 @@
+"""Clients, the leader lease, queues and notifications on SQLite."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Sequence
+
+from django.db import OperationalError
+
+from django_hopper.engine.base import (
+    CHANNEL_LEADER,
+    ClientRegisterParams,
+    ClientRenewParams,
+    ClientRenewResult,
+    ClientRow,
+    LeaderParams,
+    QueueLimits,
+    QueueRow,
+)
+from django_hopper.engine.sqlite.convert import db_time, dumps, from_db_time, uuid_or_none
+from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
+from django_hopper.exceptions import InvalidJob, UnknownQueue
+
+_LEADING_NUMBER = re.compile(r"^(\d+)_")
+
+
+class ClientsMixin(SQLiteSupport):
+    """The client, leader, queue and notification half of the engine contract."""
+
+    @translate_errors
+    def schema_version(self) -> int:
+        """Return the newest applied hopper migration's number, or 0 without a schema."""
+        with self._cursor() as c:
+            try:
+                c.execute(Q["schema_version"], {})
+            except OperationalError as exc:
+                if "no such table" in str(exc):
+                    return 0
+                raise
+            names = [r[0] for r in c.fetchall()]
+        numbers = [int(m.group(1)) for n in names if (m := _LEADING_NUMBER.match(n))]
+        return max(numbers, default=0)
+
+    # -- clients ------------------------------------------------------------
+
+    @translate_errors
+    def client_register(self, params: ClientRegisterParams) -> int:
+        """Create a client's lease row, expiring ``ttl`` from now; return its ID."""
+        if params.ttl <= dt.timedelta(0):
+            raise InvalidJob(f"ttl must be positive, not {params.ttl!r}", field="ttl")
+        now, now_s = self._now(params.now)
+        with self._cursor() as c:
+            c.execute(
+                Q["client_register"],
+                {
+                    "hostname": params.hostname,
+                    "now": now_s,
+                    "expires_at": db_time(now + params.ttl),
+                    "info": dumps(params.info, "info"),
+                },
+            )
+            return int(c.fetchone()[0])
+
+    @translate_errors
+    def client_renew(self, params: ClientRenewParams) -> ClientRenewResult:
+        """Extend an unexpired lease and return the control state the client re-reads."""
+        now, now_s = self._now(params.now)
+        args = {"id": params.client_id, "now": now_s, "expires_at": db_time(now + params.ttl)}
+        with self._cursor() as c:
+            c.execute(Q["client_renew"], args)
+            renewed = bool(c.rowcount)
+            c.execute(Q["client_renew.control"], args)
+            rows = c.fetchall()
+        result = ClientRenewResult(renewed=renewed)
+        for what, value in rows:
+            if what == "cancel":
+                job_id = uuid_or_none(value)
+                if job_id is not None:
+                    result.cancel_requested.append(job_id)
+            elif what == "paused":
+                result.paused_queues.append(value)
+            else:
+                result.limited_queues.append(value)
+        return result
+
+    @translate_errors
+    def client_delete(self, client_id: int) -> None:
+        """Remove a client's lease row."""
+        with self._cursor() as c:
+            c.execute(Q["client_delete"], {"id": client_id})
+
+    @translate_errors
+    def client_prune_expired(self, now: dt.datetime | None = None) -> int:
+        """Delete lease rows that have expired; return how many."""
+        _, now_s = self._now(now)
+        with self._cursor() as c:
+            c.execute(Q["client_prune_expired"], {"now": now_s})
+            return int(c.rowcount)
+
+    @translate_errors
+    def client_list(self) -> list[ClientRow]:
+        """Return every client lease row, live or expired, in ID order."""
+        with self._cursor() as c:
+            c.execute(Q["client_list"], {})
+            return [
+                ClientRow(
+                    id=r[0],
+                    hostname=r[1],
+                    started_at=from_db_time(r[2]),
+                    expires_at=from_db_time(r[3]),
+                    info=json.loads(r[4]),
+                )
+                for r in c.fetchall()
+            ]
+
+    # -- leader -------------------------------------------------------------
+
+    @translate_errors
+    def leader_attempt(self, params: LeaderParams) -> bool:
+        """Take the leader lease if free or expired, or renew it if held."""
+        now, now_s = self._now(params.now)
+        with self._cursor() as c:
+            c.execute(
+                Q["leader_attempt"],
+                {
+                    "client_id": params.client_id,
+                    "now": now_s,
+                    "expires_at": db_time(now + params.ttl),
+                },
+            )
+            return c.fetchone() is not None
+
+    @translate_errors
+    def leader_resign(self, client_id: int) -> None:
+        """Give up the leader lease if held, and signal the others to elect."""
+        with self._cursor() as c:
+            c.execute(Q["leader_resign"], {"client_id": client_id})
+            resigned = bool(c.rowcount)
+        if resigned:
+            self.notify(
+                CHANNEL_LEADER, [json.dumps({"action": "resigned", "client_id": client_id})]
+            )
+
+    @translate_errors
+    def leader_get(self, now: dt.datetime | None = None) -> int | None:
+        """Return the unexpired leader's client ID, or None."""
+        _, now_s = self._now(now)
+        with self._cursor() as c:
+            c.execute(Q["leader_get"], {"now": now_s})
+            row = c.fetchone()
+        return None if row is None else int(row[0])
+
+    # -- queues -------------------------------------------------------------
+
+    @translate_errors
+    def queue_ensure(self, names: Sequence[str], now: dt.datetime | None = None) -> None:
+        """Record queues that are not known yet; leave known ones alone."""
+        from django_hopper.validation import queue_name
+
+        if isinstance(names, str):
+            raise UnknownQueue(f"names must be a list of queue names, not {names!r}", field="names")
+        checked = [queue_name(n, "names") for n in names]
+        if not checked:
+            return
+        _, now_s = self._now(now)
+        with self._cursor() as c:
+            c.execute(Q["queue_ensure"], {"names": json.dumps(checked), "now": now_s})
+
+    @translate_errors
+    def queue_list(self) -> list[QueueRow]:
+        """Return every known queue with its pause and limits, by name."""
+        with self._cursor() as c:
+            c.execute(Q["queue_list"], {})
+            rows = c.fetchall()
+        return [
+            QueueRow(
+                name=r[0],
+                paused_at=from_db_time(r[1]),
+                updated_at=from_db_time(r[2]),
+                limits=QueueLimits(
+                    name=r[0],
+                    global_limit=r[3] or 0,
+                    rate_per_sec=r[4] or 0.0,
+                    rate_burst=r[5] or 0,
+                    partition_limit=r[6] or 0,
+                    aging=dt.timedelta(microseconds=r[7]) if r[7] else dt.timedelta(0),
+                ),
+            )
+            for r in rows
+        ]
+
+    # -- notifications ------------------------------------------------------
+
+    def notify(self, channel: str, payloads: Sequence[str]) -> None:
+        """Do nothing: SQLite has no notifications, and workers poll."""

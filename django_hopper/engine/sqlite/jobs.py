@@ -1,0 +1,637 @@
+"""Job methods of the SQLite engine.
+
+SQLite runs one writing transaction at a time, so a claim needs no row locks:
+the transaction that promotes and claims is the only writer until it ends.
+Every batch operation is a fixed number of set-based statements whatever the
+batch size, with the batch passed as one JSON parameter.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import OperationalError
+
+from django_hopper.engine.base import (
+    CHANNEL_CONTROL,
+    CHANNEL_DONE,
+    CHANNEL_INSERT,
+    AttemptLog,
+    ConflictAction,
+    JobCancelParams,
+    JobClaimParams,
+    JobClaimResult,
+    JobDeleteParams,
+    JobDiscardExpiredParams,
+    JobFinalized,
+    JobFinalizeParams,
+    JobID,
+    JobInsertOpts,
+    JobInsertParams,
+    JobInsertResult,
+    JobListParams,
+    JobRecordProgressParams,
+    JobRescueParams,
+    JobRetryParams,
+    JobRow,
+    JobScheduleParams,
+    Progress,
+    RescueCandidate,
+)
+from django_hopper.engine.sqlite.convert import (
+    db_time,
+    dumps,
+    job_from_row,
+)
+from django_hopper.engine.sqlite.support import (
+    JSON_CONTAINS,
+    Q,
+    SQLiteSupport,
+    is_locked,
+    register_functions,
+    translate_errors,
+)
+from django_hopper.exceptions import (
+    InvalidJob,
+    JobLocked,
+    JobRunning,
+    NotFound,
+    NotSupported,
+    UniqueConflict,
+)
+from django_hopper.models import FINAL_STATES, LIVE_STATES, PRIORITY_MAX, PRIORITY_MIN
+
+_FINAL = frozenset(FINAL_STATES)
+_LIVE = frozenset(LIVE_STATES)
+_STAY_LIVE = frozenset(("retryable", "scheduled"))
+_ALL_STATES = _FINAL | _LIVE
+_DEFAULT_OPTS = JobInsertOpts()
+
+
+def _claim_key(job: JobRow) -> tuple[int, dt.datetime, JobID]:
+    """Return the claim order of a job: priority first, then schedule, then ID."""
+    return (-job.priority, job.scheduled_at, job.id)
+
+
+def _check_insert(p: JobInsertParams) -> None:
+    """Refuse an input the schema would refuse, naming the field, before any write."""
+    if not isinstance(p.kind, str) or not p.kind:
+        raise InvalidJob(f"kind must be a non-empty string, not {p.kind!r}", field="kind")
+    if not isinstance(p.queue, str) or not p.queue:
+        raise InvalidJob(f"queue must be a non-empty string, not {p.queue!r}", field="queue")
+    prio = p.priority
+    if type(prio) is not int or not PRIORITY_MIN <= prio <= PRIORITY_MAX:
+        raise InvalidJob(
+            f"priority must be an integer between {PRIORITY_MIN} and {PRIORITY_MAX}, not {prio!r}",
+            field="priority",
+        )
+    if type(p.max_attempts) is not int or p.max_attempts < 1:
+        raise InvalidJob(
+            f"max_attempts must be an integer of at least 1, not {p.max_attempts!r}",
+            field="max_attempts",
+        )
+    for state in p.unique_finished:
+        if state not in _FINAL:
+            raise InvalidJob(
+                f"unique_finished holds {state!r}, which is not a finished state",
+                field="unique_finished",
+            )
+
+
+class JobsMixin(SQLiteSupport):
+    """The job half of the engine contract on SQLite."""
+
+    # -- insert ---------------------------------------------------------------
+
+    @translate_errors
+    def job_insert_many(
+        self, params: Sequence[JobInsertParams], opts: JobInsertOpts = _DEFAULT_OPTS
+    ) -> list[JobInsertResult]:
+        """Insert the batch in one statement; report unique-key holders as duplicates."""
+        if not params:
+            return []
+        if opts.on_conflict not in (ConflictAction.SKIP, ConflictAction.REPLACE):
+            raise InvalidJob(f"unknown on_conflict {opts.on_conflict!r}", field="on_conflict")
+        from django_hopper.ids import new_id
+
+        now, now_s = self._now(opts.now)
+        rows: list[list[Any]] = []
+        jobs: list[JobRow] = []
+        finished: list[list[Any]] = []
+        for i, p in enumerate(params):
+            _check_insert(p)
+            job_id = p.id or new_id()
+            if p.scheduled_at is None:
+                sched, sched_s = now, now_s
+            else:
+                sched_s = db_time(p.scheduled_at, "scheduled_at")
+                sched = p.scheduled_at
+            state = "scheduled" if sched_s > now_s else "available"
+            expires = None
+            if p.ttl is not None:
+                expires = now + p.ttl
+            tags = list(p.tags)
+            rows.append(
+                [
+                    job_id.hex,
+                    p.kind,
+                    p.queue,
+                    state,
+                    p.priority,
+                    p.max_attempts,
+                    sched_s,
+                    dumps(p.args, "args"),
+                    dumps(p.metadata, "metadata"),
+                    p.unique_key,
+                    p.ordering_key,
+                    p.partition_key,
+                    dumps(tags, "tags") if tags else "[]",
+                    p.batch_id.hex if p.batch_id else None,
+                    db_time(expires, "ttl") if expires is not None else None,
+                    1 if p.awaited else 0,
+                ]
+            )
+            jobs.append(
+                JobRow(
+                    id=job_id,
+                    kind=p.kind,
+                    queue=p.queue,
+                    state=state,
+                    priority=p.priority,
+                    attempt=0,
+                    max_attempts=p.max_attempts,
+                    scheduled_at=sched.astimezone(dt.UTC),
+                    created_at=now.astimezone(dt.UTC),
+                    args=p.args,
+                    metadata=p.metadata,
+                    errors=[],
+                    unique_key=p.unique_key,
+                    ordering_key=p.ordering_key,
+                    partition_key=p.partition_key,
+                    tags=tags,
+                    batch_id=p.batch_id,
+                    expires_at=expires.astimezone(dt.UTC) if expires is not None else None,
+                    awaited=p.awaited,
+                )
+            )
+            if p.unique_key is not None and p.unique_finished:
+                finished.append([i, p.kind, p.unique_key, json.dumps(list(p.unique_finished))])
+
+        results: list[JobInsertResult | None] = [None] * len(params)
+        with self._atomic(), self._cursor() as c:
+            if finished:
+                # Inputs whose key a finished job in the named states holds are not
+                # inserted: drop them from the insert, keep the newest such job.
+                c.execute(Q["job_insert_many.finished"], {"keys": json.dumps(finished)})
+                to_insert: list[list[Any]] = list(rows)
+                for r in c.fetchall():
+                    i = r[0]
+                    if results[i] is None:
+                        results[i] = JobInsertResult(job=job_from_row(r[1:]), duplicate=True)
+                        to_insert[i] = []
+                to_insert = [row for row in to_insert if row]
+            else:
+                to_insert = rows
+            inserted: set[str] = set()
+            if to_insert:
+                c.execute(Q["job_insert_many"], {"rows": json.dumps(to_insert), "now": now_s})
+                inserted = {r[0] for r in c.fetchall()}
+            conflicted = [
+                i
+                for i, p in enumerate(params)
+                if p.unique_key is not None and rows[i][0] not in inserted
+            ]
+            for i, row in enumerate(rows):
+                if row[0] in inserted:
+                    results[i] = JobInsertResult(job=jobs[i], duplicate=False)
+            if conflicted:
+                self._insert_conflicts(c, params, rows, conflicted, results, opts, now_s)
+        if opts.notify:
+            queues = sorted(
+                {
+                    r.job.queue
+                    for r in results
+                    if r and not r.duplicate and r.job.state == "available"
+                }
+            )
+            if queues:
+                self.notify(CHANNEL_INSERT, queues)
+        return results  # type: ignore[return-value]
+
+    def _insert_conflicts(
+        self,
+        c: Any,
+        params: Sequence[JobInsertParams],
+        rows: list[list[Any]],
+        conflicted: list[int],
+        results: list[JobInsertResult | None],
+        opts: JobInsertOpts,
+        now_s: str,
+    ) -> None:
+        """Resolve inputs that were not inserted: the live holder of the key wins,
+        replaced first with ConflictAction.REPLACE; else the finished duplicate stands."""
+        if opts.on_conflict == ConflictAction.REPLACE:
+            replace = [
+                [
+                    params[i].kind,
+                    params[i].unique_key,
+                    rows[i][7],
+                    rows[i][8],
+                    rows[i][4],
+                    rows[i][5],
+                    rows[i][6],
+                ]
+                for i in conflicted
+            ]
+            c.execute(Q["job_insert_many.replace"], {"rows": json.dumps(replace), "now": now_s})
+        keys = [[params[i].kind, params[i].unique_key] for i in conflicted]
+        c.execute(Q["job_insert_many.existing"], {"keys": json.dumps(keys)})
+        live = {(r[1], r[14]): r for r in c.fetchall()}
+        for i in conflicted:
+            row = live.get((params[i].kind, params[i].unique_key))
+            if row is not None:
+                results[i] = JobInsertResult(job=job_from_row(row), duplicate=True)
+            elif results[i] is None:
+                # Neither inserted nor held: only a concurrent delete between the
+                # statements could do this, which one writer at a time rules out.
+                raise UniqueConflict(
+                    f"job {params[i].kind!r} with unique key {params[i].unique_key!r} "
+                    "was neither inserted nor found"
+                )
+
+    def job_insert_copy(
+        self, params: Sequence[JobInsertParams], opts: JobInsertOpts = _DEFAULT_OPTS
+    ) -> list[JobInsertResult]:
+        """Refuse: SQLite has no COPY (``supports_copy`` is False)."""
+        raise NotSupported("the sqlite engine has no COPY; use job_insert_many")
+
+    # -- claim and schedule ---------------------------------------------------
+
+    @translate_errors
+    def job_claim(self, params: JobClaimParams) -> JobClaimResult:
+        """Promote the queue's due jobs and claim the best ones, in one transaction."""
+        if params.limit <= 0:
+            if params.limit < 0:
+                raise InvalidJob(f"limit must not be negative, not {params.limit}", field="limit")
+            return JobClaimResult(jobs=[])
+        _, now_s = self._now(params.now)
+        args: dict[str, Any] = {
+            "queue": params.queue,
+            "now": now_s,
+            "client_id": params.client_id,
+            "limit": params.limit,
+        }
+        # ``limited`` (queue limits, issue 4) is not applied yet, as on PostgreSQL.
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["job_claim.promote"], args)
+            c.execute(Q["job_claim"], args)
+            jobs = [job_from_row(r) for r in c.fetchall()]
+        jobs.sort(key=_claim_key)
+        return JobClaimResult(jobs=jobs)
+
+    @translate_errors
+    def job_schedule(self, params: JobScheduleParams) -> int:
+        """Make due scheduled and retryable jobs available; return how many."""
+        _, now_s = self._now(params.now)
+        with self._cursor() as c:
+            c.execute(
+                Q["job_schedule"], {"now": now_s, "queue": params.queue, "limit": params.limit}
+            )
+            return int(c.rowcount)
+
+    # -- finalize and progress -----------------------------------------------
+
+    @translate_errors
+    def job_finalize_many(self, params: JobFinalizeParams) -> list[JobFinalized]:
+        """Apply a batch of results, each fenced to its claim, in one transaction."""
+        if not params.jobs:
+            return []
+        now, now_s = self._now(params.now)
+        at = now.astimezone(dt.UTC).isoformat()
+        batch: list[list[Any]] = []
+        by_key: dict[tuple[str, int], Any] = {}
+        for f in params.jobs:
+            key = (f.id.hex, f.fence)
+            if key in by_key:
+                continue  # of two results of one claim, at most one applies
+            if f.state not in _ALL_STATES or f.state in ("pending", "available", "running"):
+                raise InvalidJob(f"cannot finalize a job as {f.state!r}", field="state")
+            by_key[key] = f
+            error = None
+            if f.error is not None:
+                e = f.error.to_json()
+                e["at"] = at
+                error = json.dumps(e)
+            sched = db_time(now + f.delay) if f.state in _STAY_LIVE else None
+            batch.append(
+                [
+                    key[0],
+                    f.fence,
+                    f.attempted_by,
+                    f.lease_token.hex if f.lease_token else None,
+                    f.state,
+                    sched,
+                    1 if f.snooze else 0,
+                    f.snooze_reason,
+                    error,
+                    dumps(f.output, "output") if f.output is not None else None,
+                    1 if f.archive else 0,
+                ]
+            )
+        args = {"results": json.dumps(batch), "now": now_s}
+        if params.skip_locked:
+            with self._cursor() as c, self._short_lock_wait(c, "job_finalize_many"):
+                try:
+                    with self._atomic(savepoint=True):
+                        applied = self._finalize(c, args, by_key, params, now_s)
+                except OperationalError as exc:
+                    if is_locked(exc):
+                        return []
+                    raise
+        else:
+            with self._atomic(), self._cursor() as c:
+                applied = self._finalize(c, args, by_key, params, now_s)
+        return applied
+
+    def _finalize(
+        self,
+        c: Any,
+        args: dict[str, Any],
+        by_key: dict[tuple[str, int], Any],
+        params: JobFinalizeParams,
+        now_s: str,
+    ) -> list[JobFinalized]:
+        """Run the finalize statements; return the applied results in input order."""
+        c.execute(Q["job_finalize_many"], args)
+        c.execute(Q["job_finalize_many.delete"], args)
+        gone = c.fetchall()
+        c.execute(Q["job_finalize_many.live"], args)
+        stayed = c.fetchall()
+
+        applied: set[tuple[str, int]] = set()
+        logs: list[list[Any]] = []
+        dropped: list[str] = []
+        done: list[str] = []
+        for job_id, fence, attempt, awaited in gone:
+            key = (job_id, fence)
+            applied.add(key)
+            f = by_key[key]
+            if f.state == "completed" and not f.archive:
+                dropped.append(job_id)
+            elif awaited:
+                done.append(str(f.id))
+            if f.log is not None and not (f.state == "completed" and not f.archive):
+                logs.append([job_id, attempt, 0, f.log])
+        for job_id, fence, attempt in stayed:
+            key = (job_id, fence)
+            applied.add(key)
+            f = by_key[key]
+            if f.log is not None:
+                # The log belongs to the attempt that ran, before a snooze gave it back.
+                logs.append([job_id, attempt + (1 if f.snooze else 0), 1 if f.snooze else 0, f.log])
+        if dropped:
+            c.execute(Q["job_finalize_many.log_delete"], {"ids": json.dumps(dropped)})
+        if logs:
+            logs_s = json.dumps(logs)
+            if any(entry[2] for entry in logs):
+                c.execute(Q["job_finalize_many.log_unsnooze"], {"logs": logs_s})
+            c.execute(Q["job_finalize_many.log"], {"logs": logs_s, "now": now_s})
+            if params.keep_logs > 0:
+                ids = json.dumps(sorted({entry[0] for entry in logs}))
+                c.execute(Q["job_finalize_many.log_keep"], {"ids": ids, "keep": params.keep_logs})
+        if done:
+            self.notify(CHANNEL_DONE, done)
+        return [JobFinalized(id=f.id, fence=f.fence) for key, f in by_key.items() if key in applied]
+
+    @translate_errors
+    def job_record_progress(self, params: JobRecordProgressParams) -> Progress | None:
+        """Store a running attempt's progress, fenced to its claim and attempt."""
+        now, _ = self._now(params.now)
+        progress = Progress(
+            step=params.step, cursor=params.cursor, recorded_at=now.astimezone(dt.UTC)
+        )
+        args = {
+            "progress": dumps(progress.to_json(), "cursor"),
+            "keep_step": 1 if params.keep_step else 0,
+            "id": params.id.hex,
+            "fence": params.fence,
+            "attempt": params.attempt,
+            "lease": params.lease_token.hex if params.lease_token else None,
+            "client": params.attempted_by,
+        }
+        if params.no_wait:
+            with self._cursor() as c, self._short_lock_wait(c, "job_record_progress"):
+                try:
+                    with self._atomic(savepoint=True):
+                        c.execute(Q["job_record_progress"], args)
+                        row = c.fetchone()
+                except OperationalError as exc:
+                    if is_locked(exc):
+                        raise JobLocked(
+                            f"job {params.id} is locked: another transaction writes"
+                        ) from exc
+                    raise
+        else:
+            with self._cursor() as c:
+                c.execute(Q["job_record_progress"], args)
+                row = c.fetchone()
+        if row is None:
+            return None
+        return Progress.from_json(json.loads(row[0]))
+
+    # -- reads ----------------------------------------------------------------
+
+    @translate_errors
+    def job_get(self, id: JobID) -> JobRow | None:
+        """Return a job by ID, live first, then from history."""
+        with self._cursor() as c:
+            c.execute(Q["job_get"], {"id": id.hex})
+            row = c.fetchone()
+        return None if row is None else job_from_row(row)
+
+    @translate_errors
+    def job_logs(self, id: JobID) -> list[AttemptLog]:
+        """Return a job's attempt logs, oldest first."""
+        with self._cursor() as c:
+            c.execute(Q["job_logs"], {"id": id.hex})
+            return [AttemptLog(attempt=a, log=log, snoozed=bool(s)) for a, s, log in c.fetchall()]
+
+    @translate_errors
+    def job_list(self, params: JobListParams) -> list[JobRow]:
+        """List live and history jobs matching the filter, in ID order."""
+        if params.ordering_key is not None and params.queue is None:
+            raise InvalidJob(
+                "ordering_key needs queue: a key is a lane only within its queue",
+                field="ordering_key",
+            )
+        if params.limit < 0:
+            raise InvalidJob(f"limit must not be negative, not {params.limit}", field="limit")
+        if params.metadata is not None and not isinstance(params.metadata, dict):
+            raise InvalidJob(
+                f"metadata must be a JSON object, not {params.metadata!r}", field="metadata"
+            )
+        if params.limit == 0:
+            return []
+        states = params.states
+        live = history = True
+        if states:
+            live = any(s in _LIVE for s in states)
+            history = any(s in _FINAL for s in states)
+        # Unset, the cursor is a bound every hex ID passes, so the ID range stays indexable.
+        after = (
+            params.after.hex if params.after is not None else ("g" if params.newest_first else "")
+        )
+        args = {
+            "live": int(live),
+            "history": int(history),
+            "after": after,
+            "queue": params.queue,
+            "ordering_key": params.ordering_key,
+            "kinds": json.dumps(list(params.kinds)) if params.kinds else None,
+            "states": json.dumps(list(states)) if states else None,
+            "ids": json.dumps([i.hex for i in params.ids]) if params.ids else None,
+            "priorities": json.dumps(list(params.priorities)) if params.priorities else None,
+            "tags_any": json.dumps(list(params.tags_any)) if params.tags_any else None,
+            "tags_all": json.dumps(list(params.tags_all)) if params.tags_all else None,
+            "metadata": dumps(params.metadata, "metadata") if params.metadata is not None else None,
+            "limit": params.limit,
+        }
+        sql = Q["job_list.newest_first" if params.newest_first else "job_list"]
+        with self._cursor() as c:
+            try:
+                c.execute(sql, args)
+            except OperationalError as exc:
+                # A connection opened before this module registered its functions.
+                if JSON_CONTAINS not in str(exc):
+                    raise
+                register_functions(self.connection.connection)
+                c.execute(sql, args)
+            return [job_from_row(r) for r in c.fetchall()]
+
+    # -- operator actions -----------------------------------------------------
+
+    @translate_errors
+    def job_cancel(self, params: JobCancelParams) -> JobRow:
+        """Cancel a waiting job into history, or request a running job's cancel."""
+        now, now_s = self._now(params.now)
+        args = {"id": params.id.hex, "now": now_s, "at": now.astimezone(dt.UTC).isoformat()}
+        requested = False
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["job_cancel"], args)
+            if c.rowcount:
+                c.execute(Q["job_cancel.delete"], args)
+                awaited = [r[0] for r in c.fetchall()]
+                if awaited and awaited[0]:
+                    self.notify(CHANNEL_DONE, [str(params.id)])
+            else:
+                c.execute(Q["job_cancel.request"], args)
+                requested = bool(c.rowcount)
+            c.execute(Q["job_get"], {"id": params.id.hex})
+            row = c.fetchone()
+        if row is None:
+            raise NotFound(f"job {params.id} does not exist")
+        if requested:
+            self.notify(
+                CHANNEL_CONTROL, [json.dumps({"action": "cancel", "job_id": str(params.id)})]
+            )
+        return job_from_row(row)
+
+    @translate_errors
+    def job_retry(self, params: JobRetryParams) -> JobRow:
+        """Make a job available now, from history or from its wait."""
+        _, now_s = self._now(params.now)
+        args = {"id": params.id.hex, "now": now_s, "from_start": 1 if params.from_start else 0}
+        problem: Exception | None = None
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["job_get"], {"id": params.id.hex})
+            row = c.fetchone()
+            if row is None:
+                problem = NotFound(f"job {params.id} does not exist")
+            elif row[3] == "running":
+                problem = JobRunning(f"job {params.id} is running; cancel it first")
+            elif row[3] in _FINAL:
+                c.execute(Q["job_retry"], args)
+                if c.rowcount:
+                    c.execute(Q["job_retry.history_delete"], args)
+                else:
+                    problem = UniqueConflict(
+                        f"job {params.id} cannot be retried: a live {row[1]!r} job holds "
+                        f"its unique key {row[14]!r}"
+                    )
+            else:
+                c.execute(Q["job_retry.live"], args)
+            if problem is None:
+                c.execute(Q["job_get"], {"id": params.id.hex})
+                row = c.fetchone()
+        # Raised outside the block, so the caller's transaction is not marked broken.
+        if problem is not None:
+            raise problem
+        job = job_from_row(row)
+        self.notify(CHANNEL_INSERT, [job.queue])
+        return job
+
+    @translate_errors
+    def job_delete(self, params: JobDeleteParams) -> JobRow:
+        """Remove a job that is not running, and its logs; return it as it was."""
+        args = {"id": params.id.hex}
+        problem: Exception | None = None
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["job_delete"], args)
+            row = c.fetchone()
+            if row is None:
+                c.execute(Q["job_delete.history"], args)
+                row = c.fetchone()
+            if row is None:
+                c.execute(Q["job_delete.exists"], args)
+                if c.fetchone() is not None:
+                    problem = JobRunning(f"job {params.id} is running; cancel it first")
+                else:
+                    problem = NotFound(f"job {params.id} does not exist")
+            else:
+                c.execute(Q["job_delete.logs"], args)
+        if problem is not None:
+            raise problem
+        job = job_from_row(row)
+        if job.awaited and job.finalized_at is None:
+            self.notify(CHANNEL_DONE, [str(job.id)])
+        return job
+
+    @translate_errors
+    def job_discard_expired(self, params: JobDiscardExpiredParams) -> list[JobRow]:
+        """Move waiting jobs past their TTL to history as discarded."""
+        if params.limit <= 0:
+            return []
+        now, now_s = self._now(params.now)
+        args = {"now": now_s, "at": now.astimezone(dt.UTC).isoformat(), "limit": params.limit}
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["job_discard_expired"], args)
+            rows = c.fetchall()
+            if rows:
+                c.execute(
+                    Q["job_discard_expired.delete"], {"ids": json.dumps([r[0] for r in rows])}
+                )
+        jobs = [job_from_row(r) for r in rows]
+        jobs.sort(key=lambda j: (j.expires_at, j.id))
+        done = [str(j.id) for j in jobs if j.awaited]
+        if done:
+            self.notify(CHANNEL_DONE, done)
+        return jobs
+
+    @translate_errors
+    def job_rescue_candidates(self, params: JobRescueParams) -> list[RescueCandidate]:
+        """List running jobs whose client lease is gone, and (optionally) stuck ones."""
+        now, now_s = self._now(params.now)
+        stuck_before = None
+        if params.stuck_after > dt.timedelta(0):
+            stuck_before = db_time(now - params.stuck_after)
+        with self._cursor() as c:
+            c.execute(
+                Q["job_rescue_candidates"],
+                {"now": now_s, "stuck_before": stuck_before, "limit": params.limit},
+            )
+            return [
+                RescueCandidate(job=job_from_row(r[1:]), stuck=bool(r[0])) for r in c.fetchall()
+            ]

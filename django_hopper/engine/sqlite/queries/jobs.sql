@@ -1,0 +1,551 @@
+-- The SQLite engine's job queries.
+--
+-- Conventions:
+-- * Parameters are Django's %(name)s style (the sqlite cursor turns them into :name).
+-- * Times are text 'YYYY-MM-DD HH:MM:SS.ffffff' in UTC, so text order is time order;
+--   "now" is always bound as %(now)s (SQLite's clock is the machine's).
+-- * Batches come in as one JSON array of arrays, read with json_each, so that a batch
+--   of any size is one statement with a fixed text (json_extract, not ->, keeps
+--   SQLite 3.35 working). JSON-valued fields travel as JSON texts inside the batch.
+-- * Every job query selects the 28 live columns in the order of
+--   convert.JOB_COLUMNS; history queries add finalized_at and output.
+
+
+-- name: job_insert_many
+-- %(rows)s: [id, kind, queue, state, priority, max_attempts, scheduled_at, args,
+-- metadata, unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
+-- awaited]. An input whose unique key a live job holds is skipped (never an
+-- IntegrityError); RETURNING says which were inserted.
+INSERT INTO hopper_job (
+    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, fence,
+    args, metadata, errors, unique_key, ordering_key, partition_key, tags, batch_id,
+    expires_at, awaited, created_at)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+       json_extract(value, '$[3]'), json_extract(value, '$[4]'), 0,
+       json_extract(value, '$[5]'), json_extract(value, '$[6]'), 0,
+       json_extract(value, '$[7]'), json_extract(value, '$[8]'), '[]',
+       json_extract(value, '$[9]'), json_extract(value, '$[10]'), json_extract(value, '$[11]'),
+       json_extract(value, '$[12]'), json_extract(value, '$[13]'), json_extract(value, '$[14]'),
+       json_extract(value, '$[15]'), %(now)s
+FROM json_each(%(rows)s)
+-- The WHERE resolves SQLite's parsing ambiguity of INSERT ... SELECT ... ON CONFLICT.
+WHERE true
+ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+RETURNING id;
+
+-- name: job_insert_many.finished
+-- Jobs in history that make inputs with unique_finished duplicates, newest first.
+-- %(keys)s: [input index, kind, unique_key, states as a JSON text].
+SELECT json_extract(k.value, '$[0]') AS i,
+       h.id, h.kind, h.queue, h.state, h.priority, h.attempt, h.max_attempts, h.scheduled_at,
+       h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors, h.unique_key,
+       h.ordering_key, h.partition_key, h.tags, h.batch_id, h.expires_at,
+       h.cancel_requested_at, h.awaited, h.created_at, h.snooze_reason, h.progress,
+       h.lease_token, h.lease_expires_at, h.lease_renewed_at, h.finalized_at, h.output
+FROM json_each(%(keys)s) AS k
+JOIN hopper_job_history AS h
+  ON h.kind = json_extract(k.value, '$[1]') AND h.unique_key = json_extract(k.value, '$[2]')
+WHERE h.state IN (SELECT value FROM json_each(json_extract(k.value, '$[3]')))
+ORDER BY h.finalized_at DESC, h.id DESC;
+
+-- name: job_insert_many.existing
+-- The live jobs holding unique keys. %(keys)s: [kind, unique_key].
+SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
+       j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
+       j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
+       j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
+       j.lease_token, j.lease_expires_at, j.lease_renewed_at
+FROM json_each(%(keys)s) AS k
+JOIN hopper_job AS j
+  ON j.kind = json_extract(k.value, '$[0]') AND j.unique_key = json_extract(k.value, '$[1]');
+
+-- name: job_insert_many.replace
+-- ConflictAction.REPLACE: the live holders of the keys, unless running, take the
+-- inputs' fields. %(rows)s: [kind, unique_key, args, metadata, priority, max_attempts,
+-- scheduled_at].
+UPDATE hopper_job
+SET args = r.args,
+    metadata = r.metadata,
+    priority = r.priority,
+    max_attempts = r.max_attempts,
+    scheduled_at = r.scheduled_at,
+    state = CASE WHEN hopper_job.state = 'pending' THEN 'pending'
+                 WHEN r.scheduled_at > %(now)s THEN 'scheduled'
+                 ELSE 'available' END,
+    snooze_reason = NULL
+FROM (SELECT json_extract(value, '$[0]') AS kind, json_extract(value, '$[1]') AS unique_key,
+             json_extract(value, '$[2]') AS args, json_extract(value, '$[3]') AS metadata,
+             json_extract(value, '$[4]') AS priority, json_extract(value, '$[5]') AS max_attempts,
+             json_extract(value, '$[6]') AS scheduled_at
+      FROM json_each(%(rows)s)) AS r
+WHERE hopper_job.kind = r.kind
+  AND hopper_job.unique_key = r.unique_key
+  AND hopper_job.state <> 'running';
+
+
+-- name: job_claim.promote
+-- The claim's first step: due scheduled and retryable jobs of the queue become available.
+UPDATE hopper_job
+SET state = 'available', snooze_reason = NULL
+WHERE queue = %(queue)s
+  AND state IN ('scheduled', 'retryable')
+  AND scheduled_at <= %(now)s;
+
+-- name: job_claim
+-- The claim itself: the best claimable jobs of the queue, unless it is paused. One
+-- writer at a time, so no other claim can take the same rows. RETURNING order is not
+-- claim order: the engine sorts.
+UPDATE hopper_job
+SET state = 'running',
+    attempt = attempt + 1,
+    fence = fence + 1,
+    attempted_at = %(now)s,
+    attempted_by = %(client_id)s,
+    snooze_reason = NULL,
+    lease_token = NULL,
+    lease_expires_at = NULL,
+    lease_renewed_at = NULL
+WHERE id IN (
+        SELECT id
+        FROM hopper_job
+        WHERE queue = %(queue)s
+          AND state = 'available'
+          AND (expires_at IS NULL OR expires_at > %(now)s)
+        ORDER BY priority DESC, scheduled_at, id
+        LIMIT %(limit)s)
+  AND NOT EXISTS (
+        SELECT 1 FROM hopper_queue WHERE name = %(queue)s AND paused_at IS NOT NULL)
+RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+          attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+          tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+          progress, lease_token, lease_expires_at, lease_renewed_at;
+
+
+-- name: job_schedule
+-- The leader's promotion of due scheduled and retryable jobs, in any queue or one.
+UPDATE hopper_job
+SET state = 'available', snooze_reason = NULL
+WHERE id IN (
+    SELECT id
+    FROM hopper_job
+    WHERE state IN ('scheduled', 'retryable')
+      AND scheduled_at <= %(now)s
+      AND (%(queue)s IS NULL OR queue = %(queue)s)
+    ORDER BY scheduled_at, id
+    LIMIT %(limit)s);
+
+
+-- Finalize. %(results)s: [id, fence, client, lease_token, state, scheduled_at, snooze (0/1),
+-- snooze_reason, error (JSON text), output (JSON text), archive (0/1)], at most one
+-- result per (id, fence). A result applies only while its job is running at that fence,
+-- held by that client (or lease). A retryable or scheduled result of a job with a cancel
+-- request is applied as canceled. The statements run in one transaction; each finds
+-- the results that apply with the same fence test, so they agree on the set. The batch
+-- drives each join (CROSS JOIN fixes the order; the unary + keeps the state index out),
+-- so the cost is one primary key lookup per result, whatever the number running.
+
+-- name: job_finalize_many
+-- Write to history the jobs that leave the live table, unless completed with archive
+-- off.
+INSERT INTO hopper_job_history (
+    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+    attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+    tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output)
+SELECT j.id, j.kind, j.queue,
+       CASE WHEN r.state IN ('completed', 'canceled', 'discarded') THEN r.state
+            ELSE 'canceled' END,
+       j.priority, j.attempt, j.max_attempts, j.scheduled_at, j.attempted_at,
+       j.attempted_by, j.fence, j.args, j.metadata,
+       CASE WHEN r.error IS NULL THEN j.errors
+            ELSE json_insert(j.errors, '$[#]', json(r.error)) END,
+       j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
+       j.cancel_requested_at, j.awaited, j.created_at, NULL, j.progress, NULL, NULL, NULL,
+       %(now)s, r.output
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS fence,
+             json_extract(value, '$[2]') AS client, json_extract(value, '$[3]') AS lease,
+             json_extract(value, '$[4]') AS state, json_extract(value, '$[8]') AS error,
+             json_extract(value, '$[9]') AS output, json_extract(value, '$[10]') AS archive
+      FROM json_each(%(results)s)) AS r
+CROSS JOIN hopper_job AS j
+WHERE j.id = r.id
+  AND +j.state = 'running'
+  AND j.fence = r.fence
+  AND CASE WHEN r.lease IS NULL THEN j.attempted_by = r.client
+           ELSE j.lease_token = r.lease END
+  AND (r.state IN ('completed', 'canceled', 'discarded') OR j.cancel_requested_at IS NOT NULL)
+  AND NOT (r.state = 'completed' AND NOT r.archive);
+
+-- name: job_finalize_many.delete
+-- Remove from the live table every job whose result moves it out (history or nowhere).
+DELETE FROM hopper_job
+WHERE id IN (
+    SELECT j.id
+    FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS fence,
+                 json_extract(value, '$[2]') AS client, json_extract(value, '$[3]') AS lease,
+                 json_extract(value, '$[4]') AS state
+          FROM json_each(%(results)s)) AS r
+    CROSS JOIN hopper_job AS j
+    WHERE j.id = r.id
+      AND +j.state = 'running'
+      AND j.fence = r.fence
+      AND CASE WHEN r.lease IS NULL THEN j.attempted_by = r.client
+               ELSE j.lease_token = r.lease END
+      AND (r.state IN ('completed', 'canceled', 'discarded')
+           OR j.cancel_requested_at IS NOT NULL))
+RETURNING id, fence, attempt, awaited;
+
+-- name: job_finalize_many.live
+-- Retryable and scheduled results: the job waits again, a snooze giving the attempt back.
+UPDATE hopper_job
+SET state = r.state,
+    scheduled_at = r.scheduled_at,
+    attempt = hopper_job.attempt - r.snooze,
+    snooze_reason = CASE WHEN r.snooze AND r.state = 'scheduled' THEN r.snooze_reason END,
+    errors = CASE WHEN r.error IS NULL THEN hopper_job.errors
+                  ELSE json_insert(hopper_job.errors, '$[#]', json(r.error)) END,
+    lease_token = NULL,
+    lease_expires_at = NULL,
+    lease_renewed_at = NULL
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS fence,
+             json_extract(value, '$[2]') AS client, json_extract(value, '$[3]') AS lease,
+             json_extract(value, '$[4]') AS state, json_extract(value, '$[5]') AS scheduled_at,
+             json_extract(value, '$[6]') AS snooze, json_extract(value, '$[7]') AS snooze_reason,
+             json_extract(value, '$[8]') AS error
+      FROM json_each(%(results)s)) AS r
+WHERE hopper_job.id = r.id
+  AND +hopper_job.state = 'running'
+  AND hopper_job.fence = r.fence
+  AND CASE WHEN r.lease IS NULL THEN hopper_job.attempted_by = r.client
+           ELSE hopper_job.lease_token = r.lease END
+  AND r.state IN ('retryable', 'scheduled')
+  AND hopper_job.cancel_requested_at IS NULL
+RETURNING id, fence, attempt;
+
+-- name: job_finalize_many.log_unsnooze
+-- A snooze's log replaces the earlier snooze log of the same attempt.
+-- %(logs)s: [job_id, attempt, snoozed (0/1), log].
+DELETE FROM hopper_job_log
+WHERE snoozed
+  AND (job_id, attempt) IN (
+      SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+      FROM json_each(%(logs)s)
+      WHERE json_extract(value, '$[2]'));
+
+-- name: job_finalize_many.log
+INSERT INTO hopper_job_log (job_id, attempt, snoozed, log, created_at)
+SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
+       json_extract(value, '$[3]'), %(now)s
+FROM json_each(%(logs)s);
+
+-- name: job_finalize_many.log_keep
+-- Keep only the newest %(keep)s log rows of each job in %(ids)s.
+DELETE FROM hopper_job_log
+WHERE id IN (
+    SELECT id
+    FROM (SELECT id, row_number() OVER (PARTITION BY job_id ORDER BY id DESC) AS n
+          FROM hopper_job_log
+          WHERE job_id IN (SELECT value FROM json_each(%(ids)s)))
+    WHERE n > %(keep)s);
+
+-- name: job_finalize_many.log_delete
+-- Logs of jobs completed without archive go with them.
+DELETE FROM hopper_job_log
+WHERE job_id IN (SELECT value FROM json_each(%(ids)s));
+
+-- name: job_finalize_many.busy_timeout
+PRAGMA busy_timeout;
+
+-- name: job_finalize_many.busy_timeout_set
+PRAGMA busy_timeout = {ms};
+
+
+-- name: job_record_progress
+-- Fenced like a finalize, and on the attempt. %(progress)s is the JSON text to store;
+-- with %(keep_step)s its step is replaced by the stored one.
+UPDATE hopper_job
+SET progress = CASE WHEN %(keep_step)s
+                    THEN json_set(%(progress)s, '$.step',
+                                  coalesce(json_extract(progress, '$.step'), ''))
+                    ELSE json(%(progress)s) END
+WHERE id = %(id)s
+  AND state = 'running'
+  AND fence = %(fence)s
+  AND attempt = %(attempt)s
+  AND CASE WHEN %(lease)s IS NULL THEN attempted_by = %(client)s
+           ELSE lease_token = %(lease)s END
+RETURNING progress;
+
+-- name: job_record_progress.busy_timeout
+PRAGMA busy_timeout;
+
+-- name: job_record_progress.busy_timeout_set
+PRAGMA busy_timeout = {ms};
+
+
+-- name: job_get
+-- Live first, then history (NULL sorts first).
+SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+       progress, lease_token, lease_expires_at, lease_renewed_at,
+       NULL AS finalized_at, NULL AS output
+FROM hopper_job
+WHERE id = %(id)s
+UNION ALL
+SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+       progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output
+FROM hopper_job_history
+WHERE id = %(id)s
+ORDER BY finalized_at
+LIMIT 1;
+
+
+-- name: job_logs
+SELECT attempt, snoozed, log
+FROM hopper_job_log
+WHERE job_id = %(id)s
+ORDER BY id;
+
+
+-- name: job_list
+-- Live and history together in ID order. Unset filters are NULL; list filters are
+-- JSON arrays. %(after)s is '' when unset (every hex ID sorts after it), which keeps
+-- the ID range usable by the primary key index. %(live)s and %(history)s say which
+-- tables the states filter reads.
+SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+       progress, lease_token, lease_expires_at, lease_renewed_at,
+       NULL AS finalized_at, NULL AS output
+FROM hopper_job
+WHERE %(live)s
+  AND id > %(after)s
+  AND (%(queue)s IS NULL OR queue = %(queue)s)
+  AND (%(ordering_key)s IS NULL OR ordering_key = %(ordering_key)s)
+  AND (%(kinds)s IS NULL OR kind IN (SELECT value FROM json_each(%(kinds)s)))
+  AND (%(states)s IS NULL OR state IN (SELECT value FROM json_each(%(states)s)))
+  AND (%(ids)s IS NULL OR id IN (SELECT value FROM json_each(%(ids)s)))
+  AND (%(priorities)s IS NULL OR priority IN (SELECT value FROM json_each(%(priorities)s)))
+  AND (%(tags_any)s IS NULL OR EXISTS (
+        SELECT 1 FROM json_each(tags) AS t
+        WHERE t.value IN (SELECT value FROM json_each(%(tags_any)s))))
+  AND (%(tags_all)s IS NULL OR NOT EXISTS (
+        SELECT 1 FROM json_each(%(tags_all)s) AS w
+        WHERE w.value NOT IN (SELECT value FROM json_each(tags))))
+  AND (%(metadata)s IS NULL OR hopper_json_contains(metadata, %(metadata)s))
+UNION ALL
+SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+       progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output
+FROM hopper_job_history
+WHERE %(history)s
+  AND id > %(after)s
+  AND (%(queue)s IS NULL OR queue = %(queue)s)
+  AND (%(ordering_key)s IS NULL OR ordering_key = %(ordering_key)s)
+  AND (%(kinds)s IS NULL OR kind IN (SELECT value FROM json_each(%(kinds)s)))
+  AND (%(states)s IS NULL OR state IN (SELECT value FROM json_each(%(states)s)))
+  AND (%(ids)s IS NULL OR id IN (SELECT value FROM json_each(%(ids)s)))
+  AND (%(priorities)s IS NULL OR priority IN (SELECT value FROM json_each(%(priorities)s)))
+  AND (%(tags_any)s IS NULL OR EXISTS (
+        SELECT 1 FROM json_each(tags) AS t
+        WHERE t.value IN (SELECT value FROM json_each(%(tags_any)s))))
+  AND (%(tags_all)s IS NULL OR NOT EXISTS (
+        SELECT 1 FROM json_each(%(tags_all)s) AS w
+        WHERE w.value NOT IN (SELECT value FROM json_each(tags))))
+  AND (%(metadata)s IS NULL OR hopper_json_contains(metadata, %(metadata)s))
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: job_list.newest_first
+-- job_list in descending ID order; %(after)s is 'g' when unset (after every hex ID).
+SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+       progress, lease_token, lease_expires_at, lease_renewed_at,
+       NULL AS finalized_at, NULL AS output
+FROM hopper_job
+WHERE %(live)s
+  AND id < %(after)s
+  AND (%(queue)s IS NULL OR queue = %(queue)s)
+  AND (%(ordering_key)s IS NULL OR ordering_key = %(ordering_key)s)
+  AND (%(kinds)s IS NULL OR kind IN (SELECT value FROM json_each(%(kinds)s)))
+  AND (%(states)s IS NULL OR state IN (SELECT value FROM json_each(%(states)s)))
+  AND (%(ids)s IS NULL OR id IN (SELECT value FROM json_each(%(ids)s)))
+  AND (%(priorities)s IS NULL OR priority IN (SELECT value FROM json_each(%(priorities)s)))
+  AND (%(tags_any)s IS NULL OR EXISTS (
+        SELECT 1 FROM json_each(tags) AS t
+        WHERE t.value IN (SELECT value FROM json_each(%(tags_any)s))))
+  AND (%(tags_all)s IS NULL OR NOT EXISTS (
+        SELECT 1 FROM json_each(%(tags_all)s) AS w
+        WHERE w.value NOT IN (SELECT value FROM json_each(tags))))
+  AND (%(metadata)s IS NULL OR hopper_json_contains(metadata, %(metadata)s))
+UNION ALL
+SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+       progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output
+FROM hopper_job_history
+WHERE %(history)s
+  AND id < %(after)s
+  AND (%(queue)s IS NULL OR queue = %(queue)s)
+  AND (%(ordering_key)s IS NULL OR ordering_key = %(ordering_key)s)
+  AND (%(kinds)s IS NULL OR kind IN (SELECT value FROM json_each(%(kinds)s)))
+  AND (%(states)s IS NULL OR state IN (SELECT value FROM json_each(%(states)s)))
+  AND (%(ids)s IS NULL OR id IN (SELECT value FROM json_each(%(ids)s)))
+  AND (%(priorities)s IS NULL OR priority IN (SELECT value FROM json_each(%(priorities)s)))
+  AND (%(tags_any)s IS NULL OR EXISTS (
+        SELECT 1 FROM json_each(tags) AS t
+        WHERE t.value IN (SELECT value FROM json_each(%(tags_any)s))))
+  AND (%(tags_all)s IS NULL OR NOT EXISTS (
+        SELECT 1 FROM json_each(%(tags_all)s) AS w
+        WHERE w.value NOT IN (SELECT value FROM json_each(tags))))
+  AND (%(metadata)s IS NULL OR hopper_json_contains(metadata, %(metadata)s))
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+
+-- name: job_cancel
+-- A waiting job goes to history as canceled, with an error entry hopper records itself.
+INSERT INTO hopper_job_history (
+    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+    attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+    tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output)
+SELECT id, kind, queue, 'canceled', priority, attempt, max_attempts, scheduled_at,
+       attempted_at, attempted_by, fence, args, metadata,
+       json_insert(errors, '$[#]', json_object('at', %(at)s, 'attempt', attempt,
+                                               'error', 'canceled', 'rescue', 'canceled')),
+       unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
+       cancel_requested_at, awaited, created_at, NULL, progress, NULL, NULL, NULL,
+       %(now)s, NULL
+FROM hopper_job
+WHERE id = %(id)s AND state IN ('pending', 'available', 'scheduled', 'retryable');
+
+-- name: job_cancel.delete
+DELETE FROM hopper_job
+WHERE id = %(id)s AND state IN ('pending', 'available', 'scheduled', 'retryable')
+RETURNING awaited;
+
+-- name: job_cancel.request
+-- A running job gets a cancel request (the first one's time is kept).
+UPDATE hopper_job
+SET cancel_requested_at = coalesce(cancel_requested_at, %(now)s)
+WHERE id = %(id)s AND state = 'running';
+
+
+-- name: job_retry
+-- From history back to live, available now, unless a live job holds its unique key.
+INSERT INTO hopper_job (
+    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+    attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+    tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+    progress, lease_token, lease_expires_at, lease_renewed_at)
+SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
+       CASE WHEN h.attempt >= h.max_attempts THEN h.attempt + 1 ELSE h.max_attempts END,
+       %(now)s, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
+       h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, NULL, NULL,
+       h.awaited, h.created_at, NULL,
+       CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL
+FROM hopper_job_history AS h
+WHERE h.id = %(id)s
+  AND NOT EXISTS (
+      SELECT 1 FROM hopper_job AS l
+      WHERE l.kind = h.kind AND l.unique_key = h.unique_key);
+
+-- name: job_retry.history_delete
+DELETE FROM hopper_job_history
+WHERE id = %(id)s;
+
+-- name: job_retry.live
+-- A waiting job runs now: scheduled and retryable become available, pending stays.
+UPDATE hopper_job
+SET scheduled_at = %(now)s,
+    expires_at = NULL,
+    snooze_reason = NULL,
+    state = CASE WHEN state = 'pending' THEN 'pending' ELSE 'available' END,
+    progress = CASE WHEN %(from_start)s THEN NULL ELSE progress END
+WHERE id = %(id)s AND state <> 'running';
+
+
+-- name: job_delete
+-- A live job that is not running, as it was.
+DELETE FROM hopper_job
+WHERE id = %(id)s AND state <> 'running'
+RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+          attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+          tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+          progress, lease_token, lease_expires_at, lease_renewed_at;
+
+-- name: job_delete.history
+DELETE FROM hopper_job_history
+WHERE id = %(id)s
+RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+          attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+          tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+          progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output;
+
+-- name: job_delete.logs
+DELETE FROM hopper_job_log
+WHERE job_id = %(id)s;
+
+-- name: job_delete.exists
+SELECT 1 FROM hopper_job WHERE id = %(id)s;
+
+
+-- name: job_discard_expired
+-- Waiting jobs past their TTL go to history as discarded.
+INSERT INTO hopper_job_history (
+    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+    attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+    tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output)
+SELECT id, kind, queue, 'discarded', priority, attempt, max_attempts, scheduled_at,
+       attempted_at, attempted_by, fence, args, metadata,
+       json_insert(errors, '$[#]', json_object('at', %(at)s, 'attempt', attempt,
+                                               'error', 'expired before it could run',
+                                               'rescue', 'ttl_expired')),
+       unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
+       cancel_requested_at, awaited, created_at, NULL, progress, NULL, NULL, NULL,
+       %(now)s, NULL
+FROM hopper_job
+WHERE id IN (
+    SELECT id
+    FROM hopper_job
+    WHERE +state IN ('pending', 'available', 'scheduled', 'retryable')
+      AND expires_at <= %(now)s
+    ORDER BY expires_at, id
+    LIMIT %(limit)s)
+RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+          attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+          tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+          progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output;
+
+-- name: job_discard_expired.delete
+DELETE FROM hopper_job
+WHERE id IN (SELECT value FROM json_each(%(ids)s));
+
+
+-- name: job_rescue_candidates
+-- Running jobs without a job lease whose client has no live lease (stuck = 0), and,
+-- when %(stuck_before)s is set, running jobs claimed at or before it (stuck = 1).
+SELECT CASE WHEN j.lease_token IS NULL
+                 AND NOT EXISTS (SELECT 1 FROM hopper_client AS c
+                                 WHERE c.id = j.attempted_by AND c.expires_at > %(now)s)
+            THEN 0 ELSE 1 END AS stuck,
+       j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
+       j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
+       j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
+       j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
+       j.lease_token, j.lease_expires_at, j.lease_renewed_at
+FROM hopper_job AS j
+WHERE j.state = 'running'
+  AND ((j.lease_token IS NULL
+        AND NOT EXISTS (SELECT 1 FROM hopper_client AS c
+                        WHERE c.id = j.attempted_by AND c.expires_at > %(now)s))
+       OR (%(stuck_before)s IS NOT NULL AND j.attempted_at <= %(stuck_before)s))
+ORDER BY j.attempted_at, j.id
+LIMIT %(limit)s;

@@ -1,0 +1,44 @@
+-- Periodic slots and registrations on SQLite (issue 6). Same conventions as
+-- jobs.sql: %(name)s parameters, times as fixed-width UTC text.
+
+-- name: periodic_insert
+-- Record the slot only if it is later than the recorded one; the job is then
+-- inserted by job_insert_many in the same (single-writer) transaction.
+INSERT INTO hopper_periodic_slot (name, last_slot, job_id, inserted_at)
+VALUES (%(name)s, %(slot)s, %(job_id)s, %(now)s)
+ON CONFLICT (name) DO UPDATE
+   SET last_slot = excluded.last_slot,
+       job_id = excluded.job_id,
+       inserted_at = excluded.inserted_at
+ WHERE hopper_periodic_slot.last_slot < excluded.last_slot
+RETURNING name;
+
+-- name: periodic_insert.job_id
+UPDATE hopper_periodic_slot SET job_id = %(job_id)s WHERE name = %(name)s;
+
+-- name: periodic_last_slots
+SELECT name, last_slot FROM hopper_periodic_slot ORDER BY name;
+
+-- name: periodic_register
+SELECT id FROM hopper_client WHERE id = %(client_id)s AND expires_at > %(now)s;
+
+-- name: periodic_register.delete
+DELETE FROM hopper_periodic_registration
+ WHERE client_id = %(client_id)s
+    OR client_id NOT IN (SELECT id FROM hopper_client);
+
+-- name: periodic_register.insert
+INSERT INTO hopper_periodic_registration (client_id, name, definition, digest, registered_at)
+SELECT %(client_id)s,
+       json_extract(r.value, '$.name'),
+       json(json_extract(r.value, '$.definition')),
+       json_extract(r.value, '$.digest'),
+       %(now)s
+  FROM json_each(%(registrations)s) AS r;
+
+-- name: periodic_registrations
+SELECT r.name, r.definition, r.digest, r.client_id, c.started_at, r.registered_at
+  FROM hopper_periodic_registration r
+  JOIN hopper_client c ON c.id = r.client_id
+ WHERE c.expires_at > %(now)s
+ ORDER BY r.name, c.started_at DESC, r.client_id DESC;

@@ -1,0 +1,148 @@
+"""What the SQLite engine's mixins share: the named queries, the clock, the
+transaction wrapper, the short lock wait and the translation of driver errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import os
+import re
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from django.db import Error as DjangoError
+from django.db import IntegrityError, transaction
+from django.db.backends.signals import connection_created
+
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.queries import load
+from django_hopper.engine.sqlite.convert import db_time, sql_json_contains
+from django_hopper.exceptions import DatabaseError, HopperError, InvalidJob, UniqueConflict
+
+if TYPE_CHECKING:
+    from django.db.backends.utils import CursorWrapper
+    from django.db.transaction import Atomic
+
+#: Every named query of the engine (``queries/*.sql``).
+Q: dict[str, str] = load(os.path.dirname(__file__))
+
+UTC = dt.UTC
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: How long a statement told not to wait still waits for the write lock (ms).
+SHORT_BUSY_TIMEOUT_MS = 50
+
+#: CHECK constraints of the job tables -> the input field each one guards.
+_CHECK_FIELDS = {
+    "hopper_job_priority_range": "priority",
+    "hopper_job_counts": "max_attempts",
+    "hopper_job_queue_not_empty": "queue",
+    "hopper_job_state_live": "state",
+    "hopper_queue_name_not_empty": "queue",
+}
+_NOT_NULL = re.compile(r"NOT NULL constraint failed: \w+\.(\w+)")
+
+JSON_CONTAINS = "hopper_json_contains"
+
+
+def register_functions(raw: Any) -> None:
+    """Register hopper's SQL functions on a raw sqlite3 connection."""
+    raw.create_function(JSON_CONTAINS, 2, sql_json_contains, deterministic=True)
+
+
+def _on_connection_created(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """Give every new sqlite connection hopper's functions, whatever alias it serves."""
+    if connection.vendor == "sqlite":
+        register_functions(connection.connection)
+
+
+connection_created.connect(_on_connection_created, dispatch_uid="django_hopper.sqlite.functions")
+
+
+def is_locked(exc: BaseException) -> bool:
+    """Return whether a driver error means another transaction holds the write lock."""
+    return "database is locked" in str(exc) or "database table is locked" in str(exc)
+
+
+def translate_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn driver errors escaping an engine method into hopper exceptions.
+
+    Code above the engine never sees sqlite3 or django.db errors: a violated
+    CHECK names the input field, a unique key held by a live job is a
+    UniqueConflict, and anything else is a DatabaseError chained to the cause.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except HopperError:
+            raise
+        except IntegrityError as exc:
+            raise integrity_error(exc) from exc
+        except (DjangoError, sqlite3.Error) as exc:
+            raise DatabaseError(f"{fn.__name__}: {exc}") from exc
+
+    return wrapper
+
+
+def integrity_error(exc: BaseException) -> HopperError:
+    """Return the hopper exception that names what an IntegrityError violated."""
+    msg = str(exc)
+    if "hopper_job.kind, hopper_job.unique_key" in msg:
+        return UniqueConflict(f"a live job already holds this kind and unique key ({msg})")
+    if "UNIQUE constraint failed: hopper_job.id" in msg:
+        return InvalidJob(f"a job with this id already exists ({msg})", field="id")
+    for name, field in _CHECK_FIELDS.items():
+        if name in msg:
+            return InvalidJob(f"invalid {field}: {msg}", field=field)
+    m = _NOT_NULL.search(msg)
+    if m:
+        return InvalidJob(f"{m.group(1)} is required ({msg})", field=m.group(1))
+    return DatabaseError(msg)
+
+
+class SQLiteSupport(BaseEngine):
+    """Helpers of the SQLite engine's mixins; holds no state beyond the alias."""
+
+    def now(self) -> dt.datetime:
+        """Return the machine's clock: SQLite is embedded, so it is the database's."""
+        return dt.datetime.now(UTC)
+
+    def _now(self, now: dt.datetime | None) -> tuple[dt.datetime, str]:
+        """Return the time a statement uses (``now`` if given) and its stored text."""
+        if now is None:
+            now = dt.datetime.now(UTC)
+        return now, db_time(now)
+
+    def _atomic(self, savepoint: bool = False) -> Atomic:
+        """Open a block that joins the caller's transaction or starts one.
+
+        Without a savepoint, a failure inside marks the caller's transaction
+        for rollback, as any failed write in it would; use a savepoint where a
+        failure is expected and recovered from (a lock not available).
+        """
+        return transaction.atomic(using=self.alias, savepoint=savepoint)
+
+    def _cursor(self) -> CursorWrapper:
+        """Return a cursor of the alias's connection for this thread."""
+        return self.connection.cursor()
+
+    @contextmanager
+    def _short_lock_wait(self, cursor: CursorWrapper, prefix: str) -> Iterator[None]:
+        """Lower the busy timeout while a statement that must not wait runs.
+
+        SQLite has no NOWAIT or SKIP LOCKED: a writer waits for the write lock
+        up to the busy timeout. Lowering it makes "another transaction writes"
+        show up at once as ``database is locked``.
+        """
+        cursor.execute(Q[f"{prefix}.busy_timeout"])
+        old = int(cursor.fetchone()[0])
+        cursor.execute(Q[f"{prefix}.busy_timeout_set"].format(ms=SHORT_BUSY_TIMEOUT_MS))
+        try:
+            yield
+        finally:
+            cursor.execute(Q[f"{prefix}.busy_timeout_set"].format(ms=old))

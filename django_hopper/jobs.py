@@ -1,0 +1,699 @@
+"""The enqueue API: the ``@job`` decorator, ``JobFunction`` and ``JobHandle``.
+
+In the spirit of Django's Tasks API::
+
+    @job(queue="emails", max_attempts=5)
+    def send_welcome(user_id: int) -> None: ...
+
+    with transaction.atomic():
+        user = User.objects.create(...)
+        handle = send_welcome.enqueue(user_id=user.pk)  # commits or rolls back with the user
+
+A job's *kind* is its function's import path, so a worker finds the function
+by importing it (:func:`resolve`). Decorating touches neither the database nor
+the settings, so ``@job`` works in any module, imported at any time; defaults
+that come from ``HOPPER`` (queue, max attempts) are read when a job is
+enqueued.
+
+Enqueue validates everything before writing anything, then inserts through the
+engine on the Django connection of ``HOPPER["DATABASE"]``, so the insert is part
+of the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import inspect
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+from django_hopper import validation
+from django_hopper.exceptions import InvalidJob, UnknownJobKind
+
+if TYPE_CHECKING:
+    from django_hopper.engine.base import BaseEngine, JobInsertParams, JobRow
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: Every ``@job`` function, by kind. Filled at decoration (importing a module
+#: registers its jobs); read by :func:`resolve`.
+registry: dict[str, JobFunction[Any, Any]] = {}
+_registry_lock = threading.Lock()
+
+#: One item of ``enqueue_many``: keyword arguments, or ``(args, kwargs)``.
+BatchItem = Mapping[str, Any] | tuple[Sequence[Any], Mapping[str, Any]]
+
+_UNSET: Any = object()
+
+
+def kind_of(func: Callable[..., Any]) -> str:
+    """Return the kind a function gets by default: its import path."""
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EnqueueOptions:
+    """Per-enqueue options set through ``JobFunction.using(...)``.
+
+    Kept apart from the job's own defaults (queue, priority, max attempts),
+    which ``using`` overrides too, so that a handful of fields says everything
+    an enqueue adds to the job.
+    """
+
+    #: An aware datetime, or a timedelta from now (see ``JobFunction.using``).
+    run_after: dt.datetime | dt.timedelta | None = None
+    unique_key: str | None = None
+    unique_finished: tuple[str, ...] = ()
+    replace: bool = False
+    ordering_key: str | None = None
+    partition_key: str | None = None
+    tags: tuple[str, ...] = ()
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    ttl: dt.timedelta | None = None
+
+
+class JobFunction(Generic[P, R]):
+    """A function that can be enqueued as a job; made by :func:`job`.
+
+    Calling it calls the function directly. ``enqueue`` (and ``aenqueue``,
+    ``enqueue_many``) stores a job that a worker runs later. Instances are
+    immutable: ``using(...)`` returns a new one with other options, so a
+    module-level job can be shared by every thread.
+
+    The worker reads ``func``, ``kind``, ``queue``, ``priority``,
+    ``max_attempts``, ``timeout``, ``takes_context``, ``is_async`` and ``archive``.
+    """
+
+    func: Callable[P, R]
+    kind: str
+    priority: int
+    #: Seconds an attempt may run, or None for ``HOPPER["JOB_TIMEOUT"]``.
+    timeout: float | None
+    #: Call the function as ``func(context, *args, **kwargs)``.
+    takes_context: bool
+    #: Write the completed job to history; None for ``HOPPER["ARCHIVE_COMPLETED"]``.
+    archive: bool | None
+    options: EnqueueOptions
+    #: As given to the decorator (None: the setting); read through ``queue``
+    #: and ``max_attempts``.
+    _queue: str | None
+    _max_attempts: int | None
+
+    __slots__ = (
+        "__dict__",  # for __name__, __doc__, __wrapped__ ... (functools-style)
+        "_max_attempts",
+        "_queue",
+        "archive",
+        "func",
+        "kind",
+        "options",
+        "priority",
+        "takes_context",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        func: Callable[P, R],
+        *,
+        kind: str,
+        queue: str | None,
+        priority: int,
+        max_attempts: int | None,
+        timeout: float | None,
+        takes_context: bool,
+        archive: bool | None,
+        options: EnqueueOptions | None = None,
+    ) -> None:
+        values = {
+            "func": func,
+            "kind": kind,
+            "_queue": queue,
+            "priority": priority,
+            "_max_attempts": max_attempts,
+            "timeout": timeout,
+            "takes_context": takes_context,
+            "archive": archive,
+            "options": options or EnqueueOptions(),
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        for name in ("__module__", "__name__", "__qualname__", "__doc__"):
+            if hasattr(func, name):
+                self.__dict__[name] = getattr(func, name)
+        self.__dict__["__wrapped__"] = func
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable; use .using(...) for options")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __repr__(self) -> str:
+        return f"<JobFunction {self.kind}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle by kind, so a registered job crosses process boundaries as a name."""
+        if self.options != EnqueueOptions() or registry.get(self.kind) is not self:
+            return (_rebuild, (self.kind, self._overrides()))
+        return (resolve, (self.kind,))
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function now, in this process, as a plain call."""
+        return self.func(*args, **kwargs)
+
+    # -- attributes the worker reads ------------------------------------------
+
+    @property
+    def queue(self) -> str:
+        """Return the queue the job goes to (``HOPPER["DEFAULT_QUEUE"]`` if it names none)."""
+        if self._queue is not None:
+            return self._queue
+        from django_hopper.conf import hopper_settings
+
+        return str(hopper_settings.DEFAULT_QUEUE)
+
+    @property
+    def max_attempts(self) -> int:
+        """Return the attempts allowed (``HOPPER["DEFAULT_MAX_ATTEMPTS"]`` if not set)."""
+        if self._max_attempts is not None:
+            return self._max_attempts
+        from django_hopper.conf import hopper_settings
+
+        return int(hopper_settings.DEFAULT_MAX_ATTEMPTS)
+
+    @property
+    def is_async(self) -> bool:
+        """Tell the worker to run the function on its event loop, not in a thread."""
+        return inspect.iscoroutinefunction(self.func)
+
+    # -- options --------------------------------------------------------------
+
+    def using(
+        self,
+        *,
+        queue: str = _UNSET,
+        priority: int = _UNSET,
+        max_attempts: int = _UNSET,
+        run_after: dt.datetime | dt.timedelta | None = _UNSET,
+        unique_key: str | None = _UNSET,
+        unique_finished: Iterable[str] = _UNSET,
+        replace: bool = _UNSET,
+        ordering_key: str | None = _UNSET,
+        partition_key: str | None = _UNSET,
+        tags: Iterable[str] = _UNSET,
+        metadata: Mapping[str, Any] = _UNSET,
+        ttl: dt.timedelta | float | None = _UNSET,
+    ) -> JobFunction[P, R]:
+        """Return a copy that enqueues with other options; this one is unchanged.
+
+        ``run_after`` is an aware datetime, or a timedelta counted from the
+        application's clock at enqueue (``timezone.now()``), not the
+        database's: the database clock would cost a round trip per enqueue, and
+        a delay is not precise to the clock skew between the two anyway. A job
+        whose time has passed runs as soon as possible.
+
+        ``unique_key``: while a live job of this kind holds the key, enqueue
+        returns it (``handle.duplicate``) instead of inserting another; with
+        ``unique_finished`` states, a finished job in history in one of them
+        counts too. ``replace=True`` updates the existing waiting job's args,
+        metadata, priority, max attempts and schedule instead of leaving it.
+
+        ``ttl``: a job still waiting this long after enqueue is discarded.
+        Every value is checked here and again at enqueue.
+        """
+        fields: dict[str, Any] = {}
+        if queue is not _UNSET:
+            fields["queue"] = validation.queue_name(queue)
+        if priority is not _UNSET:
+            fields["priority"] = validation.priority(priority)
+        if max_attempts is not _UNSET:
+            fields["max_attempts"] = validation.max_attempts(max_attempts)
+        opts: dict[str, Any] = {}
+        if run_after is not _UNSET:
+            opts["run_after"] = _check_run_after(run_after)
+        if unique_key is not _UNSET:
+            opts["unique_key"] = validation.key(unique_key, "unique_key")
+        if unique_finished is not _UNSET:
+            opts["unique_finished"] = validation.unique_finished(unique_finished)
+        if replace is not _UNSET:
+            if not isinstance(replace, bool):
+                raise InvalidJob(f"replace must be True or False, not {replace!r}", field="replace")
+            opts["replace"] = replace
+        if ordering_key is not _UNSET:
+            opts["ordering_key"] = validation.key(ordering_key, "ordering_key")
+        if partition_key is not _UNSET:
+            opts["partition_key"] = validation.key(partition_key, "partition_key")
+        if tags is not _UNSET:
+            opts["tags"] = validation.tags(tags)
+        if metadata is not _UNSET:
+            opts["metadata"] = _check_metadata(metadata)
+        if ttl is not _UNSET:
+            opts["ttl"] = None if ttl is None else validation.positive_duration(ttl, "ttl")
+        return self._copy(fields, dataclasses.replace(self.options, **opts))
+
+    def _copy(self, changes: dict[str, Any], options: EnqueueOptions) -> JobFunction[P, R]:
+        """Return a new JobFunction with some fields replaced (never registered).
+
+        ``changes`` uses the decorator's argument names (``queue``, ``priority``,
+        ``max_attempts``).
+        """
+        current: dict[str, Any] = {
+            "kind": self.kind,
+            "queue": self._queue,
+            "priority": self.priority,
+            "max_attempts": self._max_attempts,
+            "timeout": self.timeout,
+            "takes_context": self.takes_context,
+            "archive": self.archive,
+        }
+        current.update(changes)
+        return type(self)(self.func, options=options, **current)
+
+    def _overrides(self) -> dict[str, Any]:
+        """Return what distinguishes this copy from the registered job (for pickling)."""
+        return {
+            "queue": self._queue,
+            "priority": self.priority,
+            "max_attempts": self._max_attempts,
+            "options": self.options,
+        }
+
+    # -- enqueue --------------------------------------------------------------
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Store a job that runs ``func(*args, **kwargs)`` on a worker; return its handle.
+
+        Inside ``transaction.atomic()`` the job commits or rolls back with the
+        caller's other writes: a worker never sees a job whose transaction
+        rolled back.
+        """
+        return self._enqueue([(args, kwargs)])[0]
+
+    async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Enqueue from async code; the insert runs in Django's sync thread."""
+        from asgiref.sync import sync_to_async
+
+        handles = await sync_to_async(self._enqueue)([(args, kwargs)])
+        return handles[0]
+
+    def enqueue_many(self, items: Iterable[BatchItem]) -> list[JobHandle]:
+        """Enqueue many jobs in one statement; return their handles in input order.
+
+        Each item is a dict of keyword arguments, or an ``(args, kwargs)``
+        pair. Every item is checked before anything is written, so an invalid
+        item leaves the batch unwritten. All items share this function's
+        options; with a ``unique_key`` only the first item is inserted and
+        the others are returned as its duplicates.
+        """
+        calls: list[tuple[Sequence[Any], Mapping[str, Any]]] = []
+        for i, item in enumerate(items):
+            if isinstance(item, Mapping):
+                calls.append(((), item))
+            elif (
+                isinstance(item, tuple)
+                and len(item) == 2
+                and isinstance(item[0], list | tuple)
+                and isinstance(item[1], Mapping)
+            ):
+                calls.append((item[0], item[1]))
+            else:
+                raise InvalidJob(
+                    f"items[{i}] must be a dict of keyword arguments or an (args, kwargs) "
+                    f"pair, not {item!r}",
+                    field=f"items[{i}]",
+                )
+        if not calls:
+            return []
+        return self._enqueue(calls)
+
+    async def aenqueue_many(self, items: Iterable[BatchItem]) -> list[JobHandle]:
+        """Enqueue many jobs from async code (see ``enqueue_many``)."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.enqueue_many)(list(items))
+
+    def insert_params(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], *, field: str = ""
+    ) -> JobInsertParams:
+        """Return the checked engine params of one call (nothing is written).
+
+        ``field`` prefixes the names in errors (``items[3].kwargs['x']``).
+        Exposed for code that inserts jobs through the engine itself (batches,
+        workflows), so that it stores exactly what ``enqueue`` would.
+        """
+        return self._with_args(self._template(), args, kwargs, field)
+
+    def _template(self) -> JobInsertParams:
+        """Return the params every job of one enqueue call shares, checked once.
+
+        A ``run_after`` timedelta is resolved here, once per call, so the
+        jobs of one batch share their schedule.
+        """
+        from django.utils import timezone
+
+        from django_hopper.engine.base import JobInsertParams
+
+        opts = self.options
+        scheduled_at: dt.datetime | None = None
+        if isinstance(opts.run_after, dt.timedelta):
+            scheduled_at = timezone.now() + opts.run_after
+        elif opts.run_after is not None:
+            scheduled_at = opts.run_after
+        return JobInsertParams(
+            kind=self.kind,
+            queue=validation.queue_name(self.queue),
+            priority=validation.priority(self.priority),
+            max_attempts=validation.max_attempts(self.max_attempts),
+            scheduled_at=scheduled_at,
+            metadata=opts.metadata,
+            tags=opts.tags,
+            unique_key=opts.unique_key,
+            unique_finished=opts.unique_finished,
+            ordering_key=opts.ordering_key,
+            partition_key=opts.partition_key,
+            ttl=opts.ttl,
+        )
+
+    @staticmethod
+    def _with_args(
+        template: JobInsertParams, args: Sequence[Any], kwargs: Mapping[str, Any], field: str
+    ) -> JobInsertParams:
+        """Return ``template`` carrying one call's arguments, refusing non-JSON ones."""
+        stored = {
+            "args": validation.json_normalize(list(args), f"{field}args"),
+            "kwargs": validation.json_normalize(dict(kwargs), f"{field}kwargs"),
+        }
+        return dataclasses.replace(template, args=stored)
+
+    def _enqueue(self, calls: Sequence[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[JobHandle]:
+        """Check every call, insert them in one statement, send ``job_enqueued``."""
+        from django_hopper.engine import get_engine
+        from django_hopper.engine.base import ConflictAction, JobInsertOpts, JobInsertResult
+        from django_hopper.signals import job_enqueued
+
+        template = self._template()
+        prefix = len(calls) > 1
+        params = [
+            self._with_args(template, a, k, f"items[{i}]." if prefix else "")
+            for i, (a, k) in enumerate(calls)
+        ]
+        engine = get_engine()
+        opts = JobInsertOpts(
+            notify=True,
+            on_conflict=ConflictAction.REPLACE if self.options.replace else ConflictAction.SKIP,
+        )
+        results: list[JobInsertResult]
+        if self.options.unique_key is None:
+            if engine.features.supports_copy and len(params) > 1:
+                results = engine.job_insert_copy(params, opts)
+            else:
+                results = engine.job_insert_many(params, opts)
+        else:
+            # The engine expects inputs deduplicated by unique key; all items of
+            # one call share the key, so the first is inserted and the rest are
+            # its duplicates.
+            first = engine.job_insert_many(params[:1], opts)[0]
+            rest = [JobInsertResult(job=first.job, duplicate=True)] * (len(params) - 1)
+            results = [first, *rest]
+        handles = [JobHandle(r.job, duplicate=r.duplicate, alias=engine.alias) for r in results]
+        inserted = [r.job for r in results if not r.duplicate]
+        duplicates = [r.job for r in results if r.duplicate]
+        job_enqueued.send(sender=self, jobs=inserted, duplicates=duplicates)
+        return handles
+
+
+def _rebuild(kind: str, overrides: dict[str, Any]) -> JobFunction[Any, Any]:
+    """Unpickle a ``using(...)`` copy: the registered job with its overrides."""
+    changes = dict(overrides)
+    options = changes.pop("options")
+    return resolve(kind)._copy(changes, options)
+
+
+class JobHandle:
+    """What ``enqueue`` returns: the job's ID and the row as inserted.
+
+    ``duplicate`` is True when a job with the same unique key already existed;
+    ``id`` and ``job`` are then that job's. ``refresh()`` reads the job again
+    (live or history); a way to await the result can build on the stored alias
+    and ``refresh()``.
+    """
+
+    __slots__ = ("_alias", "duplicate", "job")
+
+    def __init__(self, job: JobRow, *, duplicate: bool = False, alias: str | None = None) -> None:
+        self.job = job
+        self.duplicate = duplicate
+        self._alias = alias
+
+    def __repr__(self) -> str:
+        dup = " duplicate" if self.duplicate else ""
+        return f"<JobHandle {self.kind} {self.id} {self.job.state}{dup}>"
+
+    @property
+    def id(self) -> uuid.UUID:
+        return self.job.id
+
+    @property
+    def kind(self) -> str:
+        return self.job.kind
+
+    def _engine(self) -> BaseEngine:
+        from django_hopper.engine import get_engine
+
+        return get_engine(self._alias)
+
+    def refresh(self) -> JobRow:
+        """Read the job again, update ``job`` and return it; NotFound if it was deleted.
+
+        Inside the enqueueing transaction it reads that transaction's view; a
+        job whose transaction rolled back is not found.
+        """
+        from django_hopper.exceptions import NotFound
+
+        row = self._engine().job_get(self.id)
+        if row is None:
+            raise NotFound(f"job {self.id} ({self.kind}) does not exist")
+        self.job = row
+        return row
+
+    async def arefresh(self) -> JobRow:
+        """Async twin of ``refresh``."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.refresh)()
+
+    @property
+    def state(self) -> str:
+        """Return the job's current state (reads the database)."""
+        return self.refresh().state
+
+
+# ---------------------------------------------------------------------------
+# The decorator
+
+
+@overload
+def job(func: Callable[P, R], /) -> JobFunction[P, R]: ...
+
+
+@overload
+def job(
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    timeout: float | dt.timedelta | None = None,
+    takes_context: bool = False,
+    archive: bool | None = None,
+    kind: str | None = None,
+) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
+
+
+def job(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    queue: str | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    timeout: float | dt.timedelta | None = None,
+    takes_context: bool = False,
+    archive: bool | None = None,
+    kind: str | None = None,
+) -> JobFunction[P, R] | Callable[[Callable[P, R]], JobFunction[P, R]]:
+    """Make a function a job: ``@job`` or ``@job(queue=..., ...)``.
+
+    ``queue`` and ``max_attempts`` default to ``HOPPER["DEFAULT_QUEUE"]`` and
+    ``HOPPER["DEFAULT_MAX_ATTEMPTS"]``, read at enqueue, so decorating never
+    reads settings. ``timeout`` (seconds) bounds one attempt. With
+    ``takes_context`` the worker passes the job context as the first
+    argument. ``archive=False`` drops the job when it completes instead of
+    keeping it in history. ``kind`` overrides the name the job is stored
+    under (default: the function's import path); a worker must then import
+    the defining module (``HOPPER["IMPORTS"]``) for the name to resolve.
+    """
+    if queue is not None:
+        validation.queue_name(queue)
+    if max_attempts is not None:
+        validation.max_attempts(max_attempts)
+    _check_priority(priority)
+    timeout_s = _check_timeout(timeout)
+    if not isinstance(takes_context, bool):
+        raise InvalidJob(
+            f"takes_context must be True or False, not {takes_context!r}", field="takes_context"
+        )
+    if archive is not None and not isinstance(archive, bool):
+        raise InvalidJob(f"archive must be True, False or None, not {archive!r}", field="archive")
+
+    def decorate(f: Callable[P, R]) -> JobFunction[P, R]:
+        if isinstance(f, JobFunction):
+            raise InvalidJob(f"{f.kind} is already a job", field="func")
+        if not callable(f) or not hasattr(f, "__qualname__"):
+            raise InvalidJob(f"@job decorates functions, not {f!r}", field="func")
+        name = kind if kind is not None else _importable_kind(f)
+        if not isinstance(name, str) or not name or len(name) > 255:
+            raise InvalidJob(
+                f"kind must be a non-empty string of at most 255 characters, not {name!r}",
+                field="kind",
+            )
+        jf = JobFunction(
+            f,
+            kind=name,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout=timeout_s,
+            takes_context=takes_context,
+            archive=archive,
+        )
+        _register(jf)
+        return jf
+
+    if func is not None:
+        return decorate(func)
+    return decorate
+
+
+def _importable_kind(func: Callable[..., Any]) -> str:
+    """Return a function's import path; refuse functions a worker could never import."""
+    module = getattr(func, "__module__", None)
+    qualname = func.__qualname__
+    if not module or module == "__main__":
+        raise InvalidJob(
+            f"@job cannot be used on {qualname!r} in __main__: a worker imports jobs by "
+            "module path, and __main__ is a different module in the worker. "
+            "Move the function into an importable module.",
+            field="kind",
+        )
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        raise InvalidJob(
+            f"@job cannot be used on {module}.{qualname}: it is defined inside a function "
+            "(or is a lambda), so a worker could never import it. Define it at module level, "
+            "or give it an explicit kind=... and register it in a module the worker imports.",
+            field="kind",
+        )
+    return f"{module}.{qualname}"
+
+
+def _register(jf: JobFunction[Any, Any]) -> None:
+    """Record a job under its kind; refuse a second function claiming the same kind.
+
+    The same function decorated again (a module imported twice, or
+    reloaded) replaces its earlier registration.
+    """
+    with _registry_lock:
+        existing = registry.get(jf.kind)
+        if existing is not None and kind_of(existing.func) != kind_of(jf.func):
+            raise InvalidJob(
+                f"kind {jf.kind!r} is already registered for {kind_of(existing.func)}; "
+                "give one of them another kind",
+                field="kind",
+            )
+        registry[jf.kind] = jf
+
+
+def resolve(kind: str) -> JobFunction[Any, Any]:
+    """Return the ``@job`` function of a kind, importing its module if needed.
+
+    The registry answers first; otherwise the longest importable module prefix
+    of the kind is imported (which registers its jobs) and the rest is looked
+    up as attributes. Raises UnknownJobKind naming the kind if it does not
+    lead to a ``@job`` function. An error raised while importing the job's
+    module itself propagates, so a broken module is not reported as unknown.
+    """
+    found = registry.get(kind)
+    if found is not None:
+        return found
+    if not isinstance(kind, str) or not kind:
+        raise UnknownJobKind(f"job kind must be a non-empty string, not {kind!r}", field="kind")
+    parts = kind.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:i])
+        try:
+            module = import_module(module_name)
+        except ModuleNotFoundError as exc:
+            missing = exc.name or ""
+            if module_name == missing or module_name.startswith(missing + "."):
+                continue  # this prefix is not a module: try a shorter one
+            raise
+        found = registry.get(kind)
+        if found is not None:
+            return found
+        obj: Any = module
+        for attr in parts[i:]:
+            obj = getattr(obj, attr, None)
+            if obj is None:
+                break
+        if isinstance(obj, JobFunction):
+            return obj
+        break
+    raise UnknownJobKind(
+        f"unknown job kind {kind!r}: no @job function is registered under it or found at "
+        "that import path (is its module listed in HOPPER['IMPORTS']?)",
+        field="kind",
+    )
+
+
+def _check_priority(value: Any) -> None:
+    """Check a decorator's priority now if models can be imported, else leave it to enqueue.
+
+    The range lives with the models, which cannot be imported while the app
+    registry loads; a module of jobs may be imported then, and every enqueue
+    checks the priority again anyway.
+    """
+    from django.apps import apps
+
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidJob(f"priority must be an integer, not {value!r}", field="priority")
+    if apps.models_ready:
+        validation.priority(value)
+
+
+def _check_timeout(value: float | dt.timedelta | None) -> float | None:
+    """Return a timeout in seconds, or None for the setting's default."""
+    if value is None:
+        return None
+    return validation.positive_duration(value, "timeout").total_seconds()
+
+
+def _check_run_after(value: Any) -> dt.datetime | dt.timedelta | None:
+    """Accept None, a timedelta (from now) or an aware datetime."""
+    if value is None or isinstance(value, dt.timedelta):
+        return value
+    return validation.aware(value, "run_after")
+
+
+def _check_metadata(value: Any) -> dict[str, Any]:
+    """Accept a JSON object (metadata is filtered by containment, so it must be one)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidJob(f"metadata must be a dict, not {value!r}", field="metadata")
+    normalized: dict[str, Any] = validation.json_normalize(dict(value), "metadata")
+    return normalized

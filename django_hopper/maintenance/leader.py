@@ -1,0 +1,121 @@
+"""Leader election through a lease, and the loop that runs the leader's services."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from django_hopper.engine.base import LeaderParams
+from django_hopper.maintenance.services import Service, default_services
+from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
+
+if TYPE_CHECKING:
+    from django_hopper.engine.base import BaseEngine
+
+logger = logging.getLogger("django_hopper.maintenance")
+
+
+class Elector:
+    """Take or renew the leader lease for a client.
+
+    ``client_id`` is a callable because a worker that was fenced registers
+    again under a new ID.
+    """
+
+    def __init__(self, engine: BaseEngine, client_id: Callable[[], int | None], ttl: float) -> None:
+        self.engine = engine
+        self.client_id = client_id
+        self.ttl = float(ttl)
+        self.is_leader = False
+
+    def run_once(self) -> bool:
+        """Attempt the lease; return whether this client leads afterwards."""
+        cid = self.client_id()
+        if cid is None:
+            self._set(False, None)
+            return False
+        leads = self.engine.leader_attempt(
+            LeaderParams(client_id=cid, ttl=dt.timedelta(seconds=self.ttl))
+        )
+        self._set(leads, cid)
+        return leads
+
+    def _set(self, leads: bool, cid: int | None) -> None:
+        if leads != self.is_leader:
+            logger.info("client %s %s leadership", cid, "gained" if leads else "lost")
+        self.is_leader = leads
+
+    def resign(self, client_id: int | None = None) -> None:
+        """Give up the lease so that another client is elected at once."""
+        cid = client_id if client_id is not None else self.client_id()
+        if cid is not None:
+            self.engine.leader_resign(cid)
+        self.is_leader = False
+
+
+class Maintainer:
+    """Elect, and while leading, run each service when its interval has passed."""
+
+    def __init__(
+        self,
+        engine: BaseEngine,
+        elector: Elector,
+        *,
+        interval: float,
+        services: Sequence[Service] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.elector = elector
+        self.interval = float(interval)
+        self.services = list(services) if services is not None else default_services(engine)
+        self._last: dict[str, float] = {}
+        self.wake = threading.Event()
+
+    def run_services(self, force: bool = False) -> dict[str, int]:
+        """Run the services that are due (all with ``force``); return rows changed per service."""
+        out: dict[str, int] = {}
+        now = time.monotonic()
+        for service in self.services:
+            last = self._last.get(service.name)
+            if not force and last is not None and now - last < service.interval:
+                continue
+            self._last[service.name] = now
+            try:
+                out[service.name] = service.run_once()
+            except Exception:
+                reset_connection(self.engine.alias)
+                logger.exception("maintenance service %s failed", service.name)
+        return out
+
+    def run_once(self) -> dict[str, int] | None:
+        """Elect, then run due services if leading; None when not the leader."""
+        if not self.elector.run_once():
+            return None
+        return self.run_services()
+
+    def run(self, stop: threading.Event) -> None:
+        """Loop until ``stop``: renew the lease often enough, run services while leading.
+
+        The lease is renewed at least three times per TTL; a CHANNEL_LEADER
+        notification (``wake``) makes the next election happen at once.
+        """
+        period = min(self.interval, self.elector.ttl / 3)
+        delay = Backoff(0.1, max(period, 1.0))
+        try:
+            while not stop.is_set():
+                try:
+                    self.run_once()
+                    delay.reset()
+                    wait = period
+                except Exception:
+                    reset_connection(self.engine.alias)
+                    wait = delay.next()
+                    logger.warning("leader election failed; retrying in %.2fs", wait, exc_info=True)
+                self.wake.wait(wait)
+                self.wake.clear()
+        finally:
+            close_thread_connections()

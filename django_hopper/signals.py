@@ -1,0 +1,45 @@
+"""Signals hopper sends around a job's life, for metrics, auditing and tests.
+
+Receivers run synchronously in the sending thread; keep them cheap and do not
+let them raise (an exception propagates to the sender, as with any Django
+signal sent by ``send``).
+
+``job_enqueued`` is sent by :mod:`django_hopper.jobs` right after the insert,
+*inside* the caller's transaction: if that transaction later rolls back, the
+jobs never existed. A receiver that must act only on committed jobs wraps its
+work in ``transaction.on_commit``.
+
+``job_started`` and ``job_finished`` are sent by the worker (with
+``send_robust``: a failing receiver is logged, never fails the job), before an
+attempt and once its result is written.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+#: Sent after ``enqueue`` / ``enqueue_many`` inserted jobs.
+#:
+#: * ``sender``: the :class:`~django_hopper.jobs.JobFunction` that enqueued.
+#: * ``jobs``: list of :class:`~django_hopper.engine.base.JobRow`, the jobs
+#:   inserted by this call, as inserted.
+#: * ``duplicates``: list of ``JobRow``, existing jobs returned instead of
+#:   inserting because their unique key matched (empty for most calls).
+job_enqueued = Signal()
+
+#: Sent by the worker before an attempt runs the job's function.
+#:
+#: * ``sender``: None (use ``job.kind``, or ``jobs.resolve(job.kind)``).
+#: * ``job``: the ``JobRow`` as claimed (``attempt`` is this attempt's number).
+job_started = Signal()
+
+#: Sent by the worker once an attempt's result is written. A result the fence
+#: refused (the attempt had lost the job) is not announced.
+#:
+#: * ``sender``: None (use ``job.kind``).
+#: * ``job``: the ``JobRow`` as claimed.
+#: * ``state``: the state the attempt led to: ``completed``, ``retryable``,
+#:   ``scheduled`` (snoozed), ``canceled`` or ``discarded``.
+#: * ``error``: the attempt's error message (``str``), or None.
+#: * ``output``: the function's JSON return value when completed, else None.
+job_finished = Signal()

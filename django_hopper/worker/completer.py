@@ -1,0 +1,195 @@
+"""The completer: results of attempts, applied in batches.
+
+Results are written with ``job_finalize_many``, one statement per batch,
+flushed when ``COMPLETER_BATCH_SIZE`` results wait or ``COMPLETER_FLUSH_INTERVAL``
+seconds after the first one arrived. Every result is fenced to its claim, so:
+
+* a result the fence refuses (the job was rescued, or this client was fenced)
+  is logged at WARNING and dropped: the job belongs to another claim now;
+* a database error while flushing keeps the results and retries with backoff:
+  a result that was in fact applied is simply refused the second time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from django_hopper.engine.base import JobFinalize, JobFinalizeParams
+from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
+from django_hopper.worker.logs import job_logger
+
+if TYPE_CHECKING:
+    from django_hopper.engine.base import BaseEngine, JobRow
+
+logger = logging.getLogger("django_hopper.worker.completer")
+
+
+@dataclass(slots=True)
+class Result:
+    """A result waiting to be applied, with the claim it belongs to."""
+
+    job: JobRow
+    finalize: JobFinalize
+
+
+class Completer:
+    """Batches results into ``job_finalize_many`` on a thread of its own."""
+
+    def __init__(
+        self,
+        engine: BaseEngine,
+        *,
+        batch_size: int,
+        flush_interval: float,
+        keep_logs: int,
+    ) -> None:
+        self.engine = engine
+        self.batch_size = max(1, int(batch_size))
+        self.flush_interval = max(0.0, float(flush_interval))
+        self.keep_logs = int(keep_logs)
+        self._pending: list[Result] = []
+        self._first_at = 0.0
+        self._inflight = 0
+        self._cond = threading.Condition()
+        self._stop = False
+        self._abort = False
+        self._thread: threading.Thread | None = None
+        #: How many batches were applied; lets a caller tell whether a flush
+        #: happened since it last looked (burst mode).
+        self.flushes = 0
+        #: Results applied and refused, for tests and stats.
+        self.applied = 0
+        self.refused = 0
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the flushing thread."""
+        self._thread = threading.Thread(target=self._run, name="hopper-completer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float) -> bool:
+        """Flush what is pending (retrying up to ``timeout``) and stop; True if all was applied."""
+        drained = self.drain(timeout)
+        with self._cond:
+            self._stop = True
+            self._abort = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        return drained
+
+    # -- results ------------------------------------------------------------
+
+    def add(self, job: JobRow, finalize: JobFinalize) -> None:
+        """Queue a result for the next batch."""
+        with self._cond:
+            if not self._pending:
+                self._first_at = time.monotonic()
+            self._pending.append(Result(job, finalize))
+            self._cond.notify_all()
+
+    def idle(self) -> bool:
+        """Return True when no result waits or is being applied."""
+        with self._cond:
+            return not self._pending and not self._inflight
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until every queued result was applied (or refused); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._first_at = 0.0  # flush now
+            self._cond.notify_all()
+            while self._pending or self._inflight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.05))
+        return True
+
+    # -- the thread ---------------------------------------------------------
+
+    def _take(self) -> list[Result] | None:
+        """Wait for a batch to be due; return it, or None when stopping with nothing left."""
+        with self._cond:
+            while True:
+                if self._pending:
+                    due = self._first_at + self.flush_interval
+                    wait = due - time.monotonic()
+                    if len(self._pending) >= self.batch_size or wait <= 0 or self._stop:
+                        batch = self._pending[: self.batch_size]
+                        del self._pending[: self.batch_size]
+                        self._first_at = time.monotonic() if self._pending else 0.0
+                        self._inflight += len(batch)
+                        return batch
+                    self._cond.wait(wait)
+                elif self._stop:
+                    return None
+                else:
+                    self._cond.wait(0.5)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                batch = self._take()
+                if batch is None:
+                    return
+                try:
+                    self._apply(batch)
+                finally:
+                    with self._cond:
+                        self._inflight -= len(batch)
+                        self._cond.notify_all()
+        finally:
+            close_thread_connections()
+
+    def flush_once(self, batch: list[Result]) -> None:
+        """Apply one batch now, raising on a database error (the caller retries)."""
+        params = JobFinalizeParams(
+            jobs=[r.finalize for r in batch],
+            no_batches=all(r.job.batch_id is None for r in batch),
+            keep_logs=self.keep_logs,
+        )
+        applied = {(f.id, f.fence) for f in self.engine.job_finalize_many(params)}
+        self.flushes += 1
+        for r in batch:
+            log = job_logger(r.job, logger)
+            if (r.finalize.id, r.finalize.fence) in applied:
+                self.applied += 1
+                log.debug("finalized as %s", r.finalize.state)
+            else:
+                self.refused += 1
+                log.warning(
+                    "result %s refused by the fence: the attempt no longer owns the job "
+                    "(it was rescued, or this worker's lease expired); dropped",
+                    r.finalize.state,
+                )
+
+    def _apply(self, batch: list[Result]) -> None:
+        delay = Backoff(0.05, 5.0)
+        while True:
+            try:
+                self.flush_once(batch)
+                return
+            except Exception:
+                reset_connection(self.engine.alias)
+                with self._cond:
+                    if self._abort:
+                        logger.error(
+                            "stopping with %d results unapplied; the rescue will retry their jobs",
+                            len(batch),
+                        )
+                        return
+                wait = delay.next()
+                logger.warning(
+                    "applying %d results failed; retrying in %.2fs",
+                    len(batch),
+                    wait,
+                    exc_info=True,
+                )
+                with self._cond:
+                    self._cond.wait_for(lambda: self._abort, timeout=wait)

@@ -1,0 +1,402 @@
+"""Running one attempt and turning how it ended into a result.
+
+The executor runs sync job functions in a thread pool and ``async def`` ones on
+one event loop in a dedicated thread. Whatever happens, an attempt produces
+exactly one :class:`~django_hopper.engine.base.JobFinalize` (or none, if the
+worker already settled it, e.g. on a timeout), which goes to the completer.
+
+Outcomes (one function each, so the rules live in one place):
+
+* return value -> ``completed`` with the value as output; a value that is not
+  JSON fails the attempt with a clear error;
+* exception -> ``retryable`` after :func:`django_hopper.retry.backoff`, or
+  ``discarded`` once ``attempt >= max_attempts``;
+* :class:`~django_hopper.context.JobSnooze` -> ``scheduled`` with the attempt given back;
+* cancellation -> ``canceled``;
+* unknown kind -> ``discarded`` at once (retrying cannot make a kind importable);
+* timeout -> a failure ``timed out after Ns``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from django.db import close_old_connections
+
+from django_hopper.context import JobContext, JobSnooze
+from django_hopper.engine.base import AttemptError, JobFinalize, RescueReason
+from django_hopper.exceptions import JobCanceled, JobFenced
+from django_hopper.retry import backoff
+from django_hopper.worker.db import close_thread_connections
+from django_hopper.worker.logs import JobLogger, job_logger
+
+if TYPE_CHECKING:
+    from django_hopper.engine.base import BaseEngine, JobRow
+    from django_hopper.jobs import JobFunction
+
+
+# ---------------------------------------------------------------------------
+# Outcomes
+
+
+def _archive(fn: JobFunction[Any, Any] | None) -> bool:
+    from django_hopper.conf import hopper_settings
+
+    if fn is not None and fn.archive is not None:
+        return bool(fn.archive)
+    return bool(hopper_settings.ARCHIVE_COMPLETED)
+
+
+def completed(
+    job: JobRow, output: Any, log: str | None = None, fn: JobFunction[Any, Any] | None = None
+) -> JobFinalize:
+    """Return the result of an attempt that returned ``output``."""
+    return JobFinalize(
+        id=job.id,
+        attempted_by=job.attempted_by,
+        fence=job.fence,
+        state="completed",
+        output=output,
+        log=log,
+        archive=_archive(fn),
+    )
+
+
+def failed(
+    job: JobRow, error: str, trace: str = "", log: str | None = None, rescue: str = ""
+) -> JobFinalize:
+    """Return a failed attempt's result: retry after backoff, or discard when out of attempts."""
+    err = AttemptError(
+        at=None, attempt=job.attempt, error=error, fence=job.fence, trace=trace, rescue=rescue
+    )
+    if job.attempt >= job.max_attempts:
+        return JobFinalize(
+            id=job.id,
+            attempted_by=job.attempted_by,
+            fence=job.fence,
+            state="discarded",
+            error=err,
+            log=log,
+        )
+    return JobFinalize(
+        id=job.id,
+        attempted_by=job.attempted_by,
+        fence=job.fence,
+        state="retryable",
+        delay=backoff(job.attempt),
+        error=err,
+        log=log,
+    )
+
+
+def snoozed(job: JobRow, snooze: JobSnooze, log: str | None = None) -> JobFinalize:
+    """Return the result of an attempt that snoozed: scheduled again, attempt given back."""
+    return JobFinalize(
+        id=job.id,
+        attempted_by=job.attempted_by,
+        fence=job.fence,
+        state="scheduled",
+        delay=snooze.delay,
+        snooze=True,
+        snooze_reason=snooze.reason or None,
+        log=log,
+    )
+
+
+def canceled(job: JobRow, log: str | None = None, error: str = "canceled") -> JobFinalize:
+    """Return the result of an attempt that stopped because its cancellation was requested."""
+    err = AttemptError(
+        at=None, attempt=job.attempt, error=error, fence=job.fence, rescue=RescueReason.CANCELED
+    )
+    return JobFinalize(
+        id=job.id,
+        attempted_by=job.attempted_by,
+        fence=job.fence,
+        state="canceled",
+        error=err,
+        log=log,
+    )
+
+
+def unknown_kind(job: JobRow, error: str) -> JobFinalize:
+    """Return the result for a job whose kind this worker cannot resolve: discard it now.
+
+    Retrying would not help (every worker imports the same code), and a job
+    retried forever hides the mistake.
+    """
+    err = AttemptError(at=None, attempt=job.attempt, error=error, fence=job.fence)
+    return JobFinalize(
+        id=job.id, attempted_by=job.attempted_by, fence=job.fence, state="discarded", error=err
+    )
+
+
+def timed_out(job: JobRow, timeout: float, log: str | None = None) -> JobFinalize:
+    """Return the result of an attempt that ran past its timeout."""
+    return failed(job, f"timed out after {timeout:g}s", log=log)
+
+
+def _json_error(output: Any) -> str | None:
+    """Return why ``output`` cannot be stored as JSON, or None if it can."""
+    try:
+        json.dumps(output, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return f"the job returned a value that is not JSON ({type(output).__name__}): {exc}"
+    return None
+
+
+def _format(exc: BaseException) -> tuple[str, str]:
+    """Return an exception's one-line error and its traceback."""
+    message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return message, trace
+
+
+def _call_args(job: JobRow) -> tuple[list[Any], dict[str, Any]]:
+    stored = job.args if isinstance(job.args, dict) else {}
+    return list(stored.get("args") or []), dict(stored.get("kwargs") or {})
+
+
+# ---------------------------------------------------------------------------
+# Signals (sent robustly: a receiver's bug must not break the worker)
+
+
+def send_signal(name: str, sender: Any, **kwargs: Any) -> None:
+    """Send ``django_hopper.signals.<name>``; log receiver errors instead of failing the job."""
+    from django_hopper import signals
+
+    signal = getattr(signals, name)
+    for receiver, result in signal.send_robust(sender=sender, **kwargs):
+        if isinstance(result, Exception):
+            from django_hopper.worker.logs import logger
+
+            logger.error("a %s receiver %r failed: %s", name, receiver, result)
+
+
+# ---------------------------------------------------------------------------
+# Executions
+
+
+@dataclass(eq=False)
+class Execution:
+    """One attempt this worker holds: the claim, its context and how it runs."""
+
+    job: JobRow
+    fn: JobFunction[Any, Any]
+    context: JobContext
+    #: Seconds the attempt may run, or None.
+    timeout: float | None
+    started: float = field(default_factory=time.monotonic)
+    #: Set once the attempt's result is decided (by the attempt, or by a timeout).
+    settled: bool = False
+    #: Set once the code of the attempt has returned (its thread or task ended).
+    done: threading.Event = field(default_factory=threading.Event)
+    task: asyncio.Task[Any] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The producer whose slot the attempt holds.
+    owner: Any = None
+    #: What the attempt raised, if anything (for ``job_finished``).
+    exception: BaseException | None = None
+    log: JobLogger = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log = job_logger(self.job)
+
+    @property
+    def deadline(self) -> float | None:
+        """Return the monotonic time at which the attempt times out, or None."""
+        return None if self.timeout is None else self.started + self.timeout
+
+    def settle(self) -> bool:
+        """Claim the right to decide the result; True for the first caller only."""
+        with self.lock:
+            if self.settled:
+                return False
+            self.settled = True
+            return True
+
+
+#: Called with the execution and its result (None once the result was decided elsewhere).
+DoneCallback = Callable[[Execution, JobFinalize | None], None]
+
+
+class Executor:
+    """Runs attempts: sync functions in threads, async functions on one event loop."""
+
+    def __init__(self, threads: int, engine: BaseEngine, on_done: DoneCallback) -> None:
+        self.threads = max(1, threads)
+        self.engine = engine
+        self.on_done = on_done
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread pool and the event loop thread."""
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.threads, thread_name_prefix="hopper-job"
+        )
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(
+            target=self._run_loop, name="hopper-asyncio", daemon=True
+        )
+        self._loop_thread.start()
+
+    def _run_loop(self) -> None:
+        assert self._loop is not None
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_forever()
+        finally:
+            close_thread_connections()
+
+    def shutdown(self, wait: bool) -> None:
+        """Stop the pool and the loop; with ``wait``, close the pool threads' connections.
+
+        ThreadPoolExecutor has no per-thread exit hook, so each thread is given
+        one closing task, held at a barrier until all have one.
+        """
+        if self._pool is not None:
+            if wait:
+                barrier = threading.Barrier(self.threads)
+
+                def close() -> None:
+                    close_thread_connections()
+                    try:
+                        barrier.wait(timeout=5)
+                    except threading.BrokenBarrierError:
+                        pass
+
+                for _ in range(self.threads):
+                    self._pool.submit(close)
+            self._pool.shutdown(wait=wait, cancel_futures=not wait)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            if wait and self._loop_thread is not None:
+                self._loop_thread.join(timeout=5)
+
+    # -- running ------------------------------------------------------------
+
+    def submit(self, ex: Execution) -> None:
+        """Start an attempt."""
+        if ex.fn.is_async:
+            assert self._loop is not None
+            asyncio.run_coroutine_threadsafe(self._run_async(ex), self._loop)
+        else:
+            assert self._pool is not None
+            self._pool.submit(self._run_sync, ex)
+
+    def cancel(self, ex: Execution) -> None:
+        """Ask an attempt to stop: set its context's flag, and cancel its asyncio task."""
+        ex.context.cancel()
+        if ex.fn.is_async and self._loop is not None:
+            with ex.lock:
+                task = ex.task
+            if task is not None:
+                self._loop.call_soon_threadsafe(task.cancel)
+
+    def _finish(self, ex: Execution, result: JobFinalize) -> None:
+        ex.done.set()
+        send_signal(
+            "job_finished",
+            ex.fn,
+            job=ex.job,
+            state=result.state,
+            error=ex.exception,
+            output=result.output if result.state == "completed" else None,
+        )
+        try:
+            self.on_done(ex, result)
+        except Exception:
+            ex.log.exception("handing the result to the completer failed")
+
+    def _run_sync(self, ex: Execution) -> None:
+        close_old_connections()
+        try:
+            result = self._call_sync(ex)
+        finally:
+            close_old_connections()
+        self._finish(ex, result)
+
+    def _call_sync(self, ex: Execution) -> JobFinalize:
+        job, ctx = ex.job, ex.context
+        args, kwargs = _call_args(job)
+        try:
+            send_signal("job_started", ex.fn, job=job)
+            if ex.fn.takes_context:
+                output = ex.fn.func(ctx, *args, **kwargs)
+            else:
+                output = ex.fn.func(*args, **kwargs)
+        except JobSnooze as snooze:
+            return snoozed(job, snooze, ctx.log_text())
+        except JobCanceled as exc:
+            ex.exception = exc
+            return canceled(job, ctx.log_text())
+        except JobFenced as exc:
+            ex.exception = exc
+            return failed(job, f"JobFenced: {exc}", log=ctx.log_text())
+        except (Exception, SystemExit) as exc:  # a job's SystemExit must not end the worker
+            ex.exception = exc
+            if ctx.cancelled:
+                return canceled(job, ctx.log_text())
+            message, trace = _format(exc)
+            ex.log.info("attempt failed: %s", message)
+            return failed(job, message, trace, ctx.log_text())
+        problem = _json_error(output)
+        if problem is not None:
+            return failed(job, problem, log=ctx.log_text())
+        return completed(job, output, ctx.log_text(), ex.fn)
+
+    async def _run_async(self, ex: Execution) -> None:
+        with ex.lock:
+            ex.task = asyncio.current_task()
+        result = await self._call_async(ex)
+        self._finish(ex, result)
+
+    async def _call_async(self, ex: Execution) -> JobFinalize:
+        job, ctx = ex.job, ex.context
+        args, kwargs = _call_args(job)
+        timeout_cm = asyncio.timeout(ex.timeout)
+        try:
+            if ctx.cancelled:  # cancelled before the task existed
+                raise asyncio.CancelledError
+            send_signal("job_started", ex.fn, job=job)
+            async with timeout_cm:
+                if ex.fn.takes_context:
+                    output = await ex.fn.func(ctx, *args, **kwargs)
+                else:
+                    output = await ex.fn.func(*args, **kwargs)
+        except TimeoutError as exc:
+            ex.exception = exc
+            if timeout_cm.expired():
+                return timed_out(job, ex.timeout or 0, ctx.log_text())
+            message, trace = _format(exc)
+            return failed(job, message, trace, ctx.log_text())
+        except asyncio.CancelledError as exc:
+            ex.exception = exc
+            return canceled(job, ctx.log_text())
+        except JobSnooze as snooze:
+            return snoozed(job, snooze, ctx.log_text())
+        except JobCanceled as exc:
+            ex.exception = exc
+            return canceled(job, ctx.log_text())
+        except (Exception, SystemExit) as exc:
+            ex.exception = exc
+            if ctx.cancelled:
+                return canceled(job, ctx.log_text())
+            message, trace = _format(exc)
+            ex.log.info("attempt failed: %s", message)
+            return failed(job, message, trace, ctx.log_text())
+        problem = _json_error(output)
+        if problem is not None:
+            return failed(job, problem, log=ctx.log_text())
+        return completed(job, output, ctx.log_text(), ex.fn)

@@ -1,0 +1,719 @@
+"""One worker process = one client: producers, executor, completer, heartbeat, notifier.
+
+Threads of a running worker (each with its own Django connection, closed when
+it ends):
+
+* one producer per queue, claiming up to its free slots in one ``job_claim``;
+* the executor's job threads and its asyncio thread;
+* the completer, applying results in batches;
+* the heartbeat, renewing the client lease and applying the control state it
+  returns (cancel requests, paused and limited queues);
+* the notifier (PostgreSQL), turning notifications into wake-ups;
+* the maintainer, electing a leader and running its services.
+
+The main thread waits for a stop signal and enforces sync timeouts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import import_module
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from django_hopper.conf import hopper_settings
+from django_hopper.context import JobContext
+from django_hopper.engine.base import (
+    CHANNEL_CONTROL,
+    CHANNEL_INSERT,
+    CHANNEL_LEADER,
+    ClientRegisterParams,
+    ClientRenewParams,
+    JobClaimParams,
+    JobFinalize,
+)
+from django_hopper.exceptions import UnknownJobKind
+from django_hopper.maintenance.leader import Elector, Maintainer
+from django_hopper.worker import execution
+from django_hopper.worker.completer import Completer
+from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
+from django_hopper.worker.execution import Execution, Executor
+
+if TYPE_CHECKING:
+    from django_hopper.engine.base import BaseEngine, JobID, JobRow, Notification
+
+logger = logging.getLogger("django_hopper.worker")
+
+#: A burst of wake-ups within this many seconds causes one claim.
+DEBOUNCE = 0.005
+
+
+@dataclass
+class WorkerConfig:
+    """What a worker does; every field defaults to the HOPPER setting."""
+
+    #: Queue name -> concurrency (how many of its jobs run at once).
+    queues: dict[str, int] = field(default_factory=dict)
+    burst: bool = False
+    shutdown_timeout: float | None = None
+    poll_interval: float | None = None
+    client_ttl: float | None = None
+    heartbeat_interval: float | None = None
+    leader_ttl: float | None = None
+    maintenance_interval: float | None = None
+    #: Take part in leader election and run the leader's services.
+    maintenance: bool = True
+    #: Run jobs (False for ``hopper_maintain``).
+    run_jobs: bool = True
+
+    def __post_init__(self) -> None:
+        s = hopper_settings
+        if not self.queues and self.run_jobs:
+            self.queues = {str(k): int(v) for k, v in dict(s.QUEUES).items()}
+        if self.shutdown_timeout is None:
+            self.shutdown_timeout = float(s.SHUTDOWN_TIMEOUT)
+        if self.poll_interval is None:
+            self.poll_interval = float(s.POLL_INTERVAL)
+        if self.client_ttl is None:
+            self.client_ttl = float(s.CLIENT_TTL)
+        if self.heartbeat_interval is None:
+            self.heartbeat_interval = float(s.HEARTBEAT_INTERVAL)
+        if self.leader_ttl is None:
+            self.leader_ttl = float(s.LEADER_TTL)
+        if self.maintenance_interval is None:
+            self.maintenance_interval = float(s.MAINTENANCE_INTERVAL)
+
+    @property
+    def concurrency(self) -> int:
+        """Return the total number of jobs the worker runs at once."""
+        return sum(self.queues.values())
+
+
+def import_job_modules(modules: list[str] | None = None) -> None:
+    """Import the HOPPER["IMPORTS"] modules so that their ``@job`` functions register."""
+    for name in modules if modules is not None else list(hopper_settings.IMPORTS):
+        import_module(name)
+
+
+class Producer:
+    """Claims jobs of one queue, up to its free slots, when woken or when the poll fires."""
+
+    def __init__(self, worker: Worker, queue: str, concurrency: int) -> None:
+        self.worker = worker
+        self.queue = queue
+        self.concurrency = concurrency
+        self.wake = threading.Event()
+        self._lock = threading.Lock()
+        self.running = 0
+        #: The last claim filled every free slot: there may be more work.
+        self.full = False
+        #: Monotonic time before which the rate limit allows nothing.
+        self.hold_until = 0.0
+        self.claims = 0
+        self.thread: threading.Thread | None = None
+
+    def free(self) -> int:
+        """Return how many more jobs this queue may run now."""
+        with self._lock:
+            return self.concurrency - self.running
+
+    def release(self) -> None:
+        """Free a slot; wake the producer if the queue may hold more work."""
+        with self._lock:
+            self.running -= 1
+        if self.full:
+            self.wake.set()
+        self.worker.activity.set()
+
+    def claim_once(self) -> int:
+        """Claim up to the free slots in one call and start the jobs; return how many."""
+        w = self.worker
+        if not w.may_claim() or self.queue in w.paused_queues:
+            return 0
+        if time.monotonic() < self.hold_until:
+            return 0
+        free = self.free()
+        if free <= 0 or w.client_id is None:
+            return 0
+        result = w.engine.job_claim(
+            JobClaimParams(
+                queue=self.queue,
+                client_id=w.client_id,
+                limit=free,
+                limited=self.queue in w.limited_queues,
+            )
+        )
+        self.claims += 1
+        if result.wait > dt.timedelta(0):
+            self.hold_until = time.monotonic() + result.wait.total_seconds()
+        self.full = len(result.jobs) >= free
+        if result.jobs:
+            with self._lock:
+                self.running += len(result.jobs)
+            for job in result.jobs:
+                w.start_job(job, self)
+        return len(result.jobs)
+
+    def run(self) -> None:
+        """Claim when woken (notification, freed slot) or when the poll interval passes."""
+        w = self.worker
+        poll = float(w.config.poll_interval or 1.0)
+        delay = Backoff(0.1, 5.0)
+        self.wake.set()  # claim at start
+        try:
+            while not w.stopping.is_set():
+                woken = self.wake.wait(poll)
+                if w.stopping.is_set():
+                    break
+                if woken:
+                    time.sleep(DEBOUNCE)  # coalesce a burst of wake-ups into one claim
+                self.wake.clear()
+                hold = self.hold_until - time.monotonic()
+                if hold > 0:
+                    w.stopping.wait(min(hold, poll))
+                try:
+                    self.claim_once()
+                    delay.reset()
+                except Exception:
+                    reset_connection(w.engine.alias)
+                    wait = delay.next()
+                    logger.warning(
+                        "claiming from queue %s failed; retrying in %.2fs",
+                        self.queue,
+                        wait,
+                        exc_info=True,
+                    )
+                    w.stopping.wait(wait)
+                    self.wake.set()
+        finally:
+            close_thread_connections()
+
+
+class Heartbeat:
+    """Renews the client lease and applies the control state the renewal returns."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.wake = threading.Event()
+        self.last_renewed = time.monotonic()
+
+    def run_once(self) -> bool:
+        """Renew once; return whether the lease was renewed.
+
+        A renewal that says ``renewed=False`` means the lease had expired and
+        the rescue may already have taken this client's jobs: the worker is
+        fenced. While fenced, each run waits for the running jobs to end and
+        then registers a new lease, so the process works again.
+        """
+        w = self.worker
+        if w.fenced:
+            if not w.executions:
+                w.register()
+                w.fenced = False
+                logger.warning("registered again as client %s after being fenced", w.client_id)
+            return False
+        if w.client_id is None:
+            return False
+        ttl = dt.timedelta(seconds=float(w.config.client_ttl or 30))
+        result = w.engine.client_renew(ClientRenewParams(client_id=w.client_id, ttl=ttl))
+        if not result.renewed:
+            w.on_fenced()
+            return False
+        self.last_renewed = time.monotonic()
+        w.suspended = False
+        w.apply_control(result.cancel_requested, result.paused_queues, result.limited_queues)
+        return True
+
+    def run(self) -> None:
+        """Renew every HEARTBEAT_INTERVAL; stop claiming while the lease may have expired."""
+        w = self.worker
+        interval = float(w.config.heartbeat_interval or 5)
+        ttl = float(w.config.client_ttl or 30)
+        delay = Backoff(0.1, max(interval / 2, 0.1))
+        try:
+            while not w.stopping_hard.is_set():
+                try:
+                    self.run_once()
+                    delay.reset()
+                    wait = interval
+                except Exception:
+                    reset_connection(w.engine.alias)
+                    wait = min(delay.next(), interval)
+                    if time.monotonic() - self.last_renewed > ttl and not w.suspended:
+                        w.suspended = True
+                        logger.error("client lease not renewed for %.1fs: claiming paused", ttl)
+                    logger.warning("renewing the client lease failed", exc_info=True)
+                self.wake.wait(wait)
+                self.wake.clear()
+        finally:
+            close_thread_connections()
+
+
+class Notifier:
+    """Turns notifications into wake-ups (engines with ``supports_listen``).
+
+    Reconnects with backoff when the listening connection breaks, and wakes
+    every producer after reconnecting, since notifications sent meanwhile
+    were lost.
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def dispatch(self, note: Notification) -> None:
+        """Act on one notification."""
+        w = self.worker
+        if note.channel == CHANNEL_INSERT:
+            producer = w.producers.get(note.payload)
+            if producer is not None:
+                producer.wake.set()
+        elif note.channel == CHANNEL_CONTROL:
+            w.on_control(note.payload)
+        elif note.channel == CHANNEL_LEADER and w.maintainer is not None:
+            w.maintainer.wake.set()
+
+    def run(self) -> None:
+        """Listen until the worker stops."""
+        w = self.worker
+        delay = Backoff(0.1, 5.0)
+        first = True
+        try:
+            while not w.stopping_hard.is_set():
+                listener = None
+                try:
+                    listener = w.engine.listener()
+                    listener.listen([CHANNEL_INSERT, CHANNEL_CONTROL, CHANNEL_LEADER])
+                    if not first:
+                        logger.info("listening again")
+                        w.wake_all()
+                    first = False
+                    delay.reset()
+                    while not w.stopping_hard.is_set():
+                        for note in listener.next(0.5):
+                            self.dispatch(note)
+                except Exception:
+                    wait = delay.next()
+                    logger.warning(
+                        "listening for notifications failed; reconnecting in %.2fs",
+                        wait,
+                        exc_info=True,
+                    )
+                    w.stopping_hard.wait(wait)
+                finally:
+                    if listener is not None:
+                        try:
+                            listener.close()
+                        except Exception:
+                            logger.debug("closing the listener failed", exc_info=True)
+        finally:
+            close_thread_connections()
+
+
+class Worker:
+    """One client working its queues. Use as a context manager for ``run_once`` in tests,
+    or call :meth:`run` for the normal loop (``--burst`` with ``config.burst``)."""
+
+    def __init__(
+        self, config: WorkerConfig | None = None, engine: BaseEngine | None = None
+    ) -> None:
+        from django_hopper.engine import get_engine
+
+        self.config = config or WorkerConfig()
+        self.engine = engine or get_engine()
+        self.client_id: int | None = None
+        self.producers = {q: Producer(self, q, c) for q, c in self.config.queues.items() if c > 0}
+        self.executions: dict[JobID, Execution] = {}
+        self._exec_lock = threading.Lock()
+        self.paused_queues: set[str] = set()
+        self.limited_queues: set[str] = set()
+        #: The lease was refused: claim nothing until registered again.
+        self.fenced = False
+        #: The lease may have expired (renewals failing): claim nothing meanwhile.
+        self.suspended = False
+        self.stopping = threading.Event()
+        self.stopping_hard = threading.Event()
+        self.activity = threading.Event()
+        self._signals = 0
+        self.completer = Completer(
+            self.engine,
+            batch_size=int(hopper_settings.COMPLETER_BATCH_SIZE),
+            flush_interval=float(hopper_settings.COMPLETER_FLUSH_INTERVAL),
+            keep_logs=int(hopper_settings.KEEP_LOGS),
+        )
+        self.executor = Executor(max(1, self.config.concurrency), self.engine, self._on_done)
+        self.heartbeat = Heartbeat(self)
+        self.notifier = Notifier(self)
+        self.maintainer: Maintainer | None = None
+        if self.config.maintenance:
+            elector = Elector(
+                self.engine, lambda: self.client_id, float(self.config.leader_ttl or 15)
+            )
+            self.maintainer = Maintainer(
+                self.engine, elector, interval=float(self.config.maintenance_interval or 1)
+            )
+        self._threads: list[threading.Thread] = []
+        self._started = False
+        #: Attempts still running when the worker stopped (left to the rescue).
+        self.stranded = 0
+
+    # -- lease --------------------------------------------------------------
+
+    def register(self) -> int:
+        """Register a client lease and record the queues this worker works."""
+        ttl = dt.timedelta(seconds=float(self.config.client_ttl or 30))
+        info = {"pid": os.getpid(), "queues": dict(self.config.queues)}
+        self.client_id = self.engine.client_register(
+            ClientRegisterParams(hostname=socket.gethostname(), ttl=ttl, info=info)
+        )
+        self.heartbeat.last_renewed = time.monotonic()
+        return self.client_id
+
+    def may_claim(self) -> bool:
+        """Return whether the worker may claim now (not stopping, fenced or suspended)."""
+        return not (self.stopping.is_set() or self.fenced or self.suspended)
+
+    def on_fenced(self) -> None:
+        """Stop claiming: the lease expired, so the rescue may own our jobs now.
+
+        Results of the jobs still running are refused by the fence when they
+        arrive; once they have all ended, the heartbeat registers a new lease.
+        """
+        if not self.fenced:
+            logger.error(
+                "client %s was fenced (its lease expired): claiming stopped; "
+                "results of its %d running jobs will be refused",
+                self.client_id,
+                len(self.executions),
+            )
+        self.fenced = True
+        if self.maintainer is not None:
+            self.maintainer.elector.is_leader = False
+
+    # -- control ------------------------------------------------------------
+
+    def apply_control(
+        self, cancel_requested: list[JobID], paused: list[str], limited: list[str]
+    ) -> None:
+        """Apply the control state of a renewal (catches up on missed notifications)."""
+        for job_id in cancel_requested:
+            self.cancel_job(job_id)
+        resumed = self.paused_queues - set(paused)
+        self.paused_queues = set(paused)
+        self.limited_queues = set(limited)
+        for q in resumed:
+            if q in self.producers:
+                self.producers[q].wake.set()
+
+    def on_control(self, payload: str) -> None:
+        """Act on a CHANNEL_CONTROL notification; unknown ones trigger a renewal."""
+        try:
+            msg = json.loads(payload)
+        except ValueError:
+            msg = None
+        if not isinstance(msg, Mapping):
+            self.heartbeat.wake.set()
+            return
+        action = msg.get("action")
+        if action == "cancel" and msg.get("job_id"):
+            import uuid
+
+            try:
+                self.cancel_job(uuid.UUID(str(msg["job_id"])))
+            except ValueError:
+                pass
+        elif action == "pause" and msg.get("queue"):
+            self.paused_queues.add(str(msg["queue"]))
+        elif action in ("resume", "unpause") and msg.get("queue"):
+            q = str(msg["queue"])
+            self.paused_queues.discard(q)
+            if q in self.producers:
+                self.producers[q].wake.set()
+        else:
+            self.heartbeat.wake.set()
+
+    def cancel_job(self, job_id: JobID) -> bool:
+        """Cancel a running attempt this worker holds; return False if it holds none."""
+        with self._exec_lock:
+            ex = self.executions.get(job_id)
+        if ex is None or ex.context.cancelled:
+            return ex is not None
+        ex.log.info("cancellation requested")
+        self.executor.cancel(ex)
+        return True
+
+    def wake_all(self) -> None:
+        """Wake every producer (after missed notifications)."""
+        for p in self.producers.values():
+            p.wake.set()
+
+    # -- jobs ---------------------------------------------------------------
+
+    def start_job(self, job: JobRow, producer: Producer) -> None:
+        """Start a claimed job, or discard it at once if its kind is unknown."""
+        from django_hopper.jobs import resolve
+
+        try:
+            fn = resolve(job.kind)
+        except UnknownJobKind as exc:
+            execution.job_logger(job).error("discarded: %s", exc)
+            result = execution.unknown_kind(job, str(exc))
+            execution.send_signal(
+                "job_finished", None, job=job, state=result.state, error=exc, output=None
+            )
+            self.completer.add(job, result)
+            producer.release()
+            return
+        except Exception as exc:  # the job's module failed to import: a failed attempt
+            message, trace = execution._format(exc)
+            execution.job_logger(job).error("could not import the job: %s", message)
+            self.completer.add(job, execution.failed(job, f"import failed: {message}", trace))
+            producer.release()
+            return
+        timeout = fn.timeout if fn.timeout is not None else float(hopper_settings.JOB_TIMEOUT)
+        ex = Execution(
+            job=job,
+            fn=fn,
+            context=JobContext(job, self.engine),
+            timeout=timeout if timeout and timeout > 0 else None,
+            owner=producer,
+        )
+        with self._exec_lock:
+            self.executions[job.id] = ex
+        ex.log.debug("started")
+        self.executor.submit(ex)
+
+    def _on_done(self, ex: Execution, result: JobFinalize | None) -> None:
+        """Hand a result to the completer (unless already decided) and free the slot."""
+        if result is not None:
+            if ex.settle():
+                self.completer.add(ex.job, result)
+            else:
+                ex.log.warning(
+                    "late result %s dropped: the attempt was already finalized (timed out)",
+                    result.state,
+                )
+        with self._exec_lock:
+            self.executions.pop(ex.job.id, None)
+        ex.owner.release()
+
+    def check_deadlines(self) -> None:
+        """Fail sync attempts that ran past their timeout.
+
+        A thread cannot be killed: the attempt is finalized as failed now, its
+        context is marked cancelled (so a job calling ``check_cancelled()``
+        stops), and whatever it returns later is dropped. Its slot stays taken
+        until the thread really returns, so the worker never runs more threads
+        than its concurrency. Async attempts time out inside their task.
+        """
+        now = time.monotonic()
+        with self._exec_lock:
+            overdue = [
+                ex
+                for ex in self.executions.values()
+                if not ex.fn.is_async and ex.deadline is not None and now >= ex.deadline
+            ]
+        for ex in overdue:
+            if ex.settle():
+                ex.log.warning("timed out after %gs", ex.timeout)
+                ex.context.cancel()
+                self.completer.add(
+                    ex.job, execution.timed_out(ex.job, ex.timeout or 0, ex.context.log_text())
+                )
+
+    def running(self) -> int:
+        """Return how many attempts are still executing."""
+        with self._exec_lock:
+            return len(self.executions)
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def setup(self) -> None:
+        """Import job modules, register the lease, start the completer and the executor."""
+        if self._started:
+            return
+        import_job_modules()
+        self.register()
+        if self.producers:
+            self.engine.queue_ensure(list(self.producers))
+        self.completer.start()
+        if self.config.run_jobs:
+            self.executor.start()
+        self._started = True
+        logger.info(
+            "worker started as client %s (queues %s)",
+            self.client_id,
+            ", ".join(f"{q}:{c}" for q, c in self.config.queues.items()) or "none",
+        )
+
+    def __enter__(self) -> Worker:
+        self.setup()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def _spawn(self, target: Any, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def run_once(self, timeout: float = 30.0) -> int:
+        """Claim once per queue, wait for those attempts and apply their results.
+
+        For tests: deterministic, no polling. Returns how many jobs were claimed.
+        """
+        self.setup()
+        claimed = sum(p.claim_once() for p in self.producers.values())
+        self.wait_idle(timeout)
+        return claimed
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until nothing runs and every result was applied; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while self.running():
+            if time.monotonic() >= deadline:
+                return False
+            self.check_deadlines()
+            self.activity.wait(0.01)
+            self.activity.clear()
+        return self.completer.drain(max(deadline - time.monotonic(), 0.1))
+
+    def install_signals(self) -> None:
+        """Stop gracefully on the first SIGTERM/SIGINT, at once on the second."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            logger.warning("second signal: stopping at once")
+            os._exit(1)
+        logger.info(
+            "signal %s: stopping (waiting up to %ss for running jobs)",
+            signum,
+            self.config.shutdown_timeout,
+        )
+        self.stop()
+
+    def stop(self) -> None:
+        """Ask the worker to stop claiming and shut down."""
+        self.stopping.set()
+        self.activity.set()
+        for p in self.producers.values():
+            p.wake.set()
+
+    def _maintain(self) -> None:
+        if self.maintainer is not None:
+            self.maintainer.run(self.stopping)
+
+    def run(self, install_signals: bool = True) -> int:
+        """Work until stopped (or, in burst mode, until nothing is left); return an exit code."""
+        if install_signals:
+            self.install_signals()
+        self.setup()
+        self._spawn(self.heartbeat.run, "hopper-heartbeat")
+        if self.engine.features.supports_listen:
+            self._spawn(self.notifier.run, "hopper-notifier")
+        if self.maintainer is not None and not self.config.burst:
+            self._spawn(self._maintain, "hopper-maintainer")
+        try:
+            if self.config.burst:
+                self._run_burst()
+            else:
+                for q, p in self.producers.items():
+                    thread = threading.Thread(
+                        target=p.run, name=f"hopper-producer-{q}", daemon=True
+                    )
+                    p.thread = thread
+                    thread.start()
+                while not self.stopping.is_set():
+                    self.check_deadlines()
+                    self.activity.wait(0.05)
+                    self.activity.clear()
+        finally:
+            self.shutdown()
+        return 0
+
+    def _run_burst(self) -> None:
+        """Claim until no job is claimable and nothing runs, then return.
+
+        A finished job can make another due (a snooze or retry without delay),
+        so the worker stops only after a claim round that found nothing,
+        started after the last batch of results was applied.
+        """
+        delay = Backoff(0.1, 2.0)
+        while not self.stopping.is_set():
+            flushes = self.completer.flushes
+            try:
+                claimed = sum(p.claim_once() for p in self.producers.values())
+                delay.reset()
+            except Exception:
+                reset_connection(self.engine.alias)
+                wait = delay.next()
+                logger.warning("claiming failed; retrying in %.2fs", wait, exc_info=True)
+                self.stopping.wait(wait)
+                continue
+            if claimed == 0 and not self.running() and self.completer.idle():
+                if self.completer.flushes == flushes and not self.fenced:
+                    return
+                continue
+            self.check_deadlines()
+            self.activity.wait(0.05)
+            self.activity.clear()
+            if not self.running():
+                self.completer.drain(1.0)
+
+    def shutdown(self) -> None:
+        """Stop claiming, wait for running jobs, flush results, resign and delete the lease.
+
+        Jobs still running after the shutdown timeout are left to the rescue:
+        deleting the lease makes them rescuable at once.
+        """
+        if not self._started:
+            return
+        self._started = False
+        self.stop()
+        for p in self.producers.values():
+            if p.thread is not None:
+                p.thread.join(timeout=5)
+        deadline = time.monotonic() + float(self.config.shutdown_timeout or 0)
+        while self.running() and time.monotonic() < deadline:
+            self.check_deadlines()
+            self.activity.wait(0.05)
+            self.activity.clear()
+        left = self.running()
+        if left:
+            logger.warning(
+                "%d jobs still running after %ss: leaving them to the rescue",
+                left,
+                self.config.shutdown_timeout,
+            )
+        self.completer.stop(timeout=max(float(self.config.shutdown_timeout or 0), 5.0))
+        self.stopping_hard.set()
+        self.heartbeat.wake.set()
+        if self.maintainer is not None:
+            self.maintainer.wake.set()
+        for t in self._threads:
+            t.join(timeout=5)
+        try:
+            if self.maintainer is not None and self.client_id is not None:
+                self.maintainer.elector.resign(self.client_id)
+            if self.client_id is not None:
+                self.engine.client_delete(self.client_id)
+        except Exception:
+            logger.warning("resigning or deleting the client lease failed", exc_info=True)
+            reset_connection(self.engine.alias)
+        self.executor.shutdown(wait=not left)
+        self.stranded = left
+        logger.info("worker (client %s) stopped", self.client_id)

@@ -1,0 +1,99 @@
+"""Both engines name the same queries, and every query is named after an engine method.
+
+A name may be missing from one engine only where docs/engine-semantics.md says
+that engine runs no SQL for it, because it lacks the capability
+(``EngineFeatures``) or, for ``now``, because SQLite is embedded and its clock is
+the machine's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+from django.utils.module_loading import import_string
+
+from django_hopper.engine import ENGINES
+from django_hopper.engine import base as engine_base
+from django_hopper.engine.base import BaseEngine, EngineFeatures, Listener
+from django_hopper.engine.queries import base_names, load
+
+VENDORS = sorted(ENGINES)
+
+#: Query names an engine needs only if it has the capability.
+CAPABILITY_QUERIES: dict[str, set[str]] = {
+    "supports_copy": {"job_insert_copy"},
+    "supports_listen": {"notify", "listener", "listener_listen"},
+}
+#: Engines whose "database now" is the process clock (docs/engine-semantics.md).
+EMBEDDED_CLOCK_QUERIES = {"now"}
+
+
+def engine_class(vendor: str) -> type[BaseEngine]:
+    return import_string(ENGINES[vendor])
+
+
+def engine_dir(vendor: str) -> str:
+    return str(Path(inspect.getfile(engine_class(vendor))).resolve().parent)
+
+
+def query_names(vendor: str) -> set[str]:
+    return base_names(load(engine_dir(vendor)))
+
+
+def optional_names(features: EngineFeatures) -> set[str]:
+    """Names an engine with ``features`` may leave out."""
+    names = set(EMBEDDED_CLOCK_QUERIES) if features.single_writer else set()
+    for flag, gated in CAPABILITY_QUERIES.items():
+        if not getattr(features, flag):
+            names |= gated
+    return names
+
+
+def contract_classes() -> list[type]:
+    """BaseEngine and the other method contracts of ``engine/base.py`` (engines gain
+    those through mixins); not Listener, the params and row dataclasses, or constants."""
+    return [
+        obj
+        for obj in vars(engine_base).values()
+        if inspect.isclass(obj)
+        and obj.__module__ == engine_base.__name__
+        and not dataclasses.is_dataclass(obj)
+        and obj is not Listener
+    ]
+
+
+def method_names(cls: type) -> set[str]:
+    return {
+        name
+        for klass in cls.__mro__
+        for name, member in vars(klass).items()
+        if not name.startswith("_") and callable(member)
+    }
+
+
+def test_queries__both_engines_define_the_same_query_names() -> None:
+    names = {vendor: query_names(vendor) for vendor in VENDORS}
+    for vendor in VENDORS:
+        required = set().union(*names.values()) - optional_names(engine_class(vendor).features)
+        assert sorted(required - names[vendor]) == [], f"queries the {vendor} engine lacks"
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_queries__every_query_name_is_an_engine_method(vendor: str) -> None:
+    methods = method_names(engine_class(vendor))
+    for contract in contract_classes():
+        methods |= method_names(contract)
+    methods |= {f"listener_{name}" for name in method_names(Listener)}
+
+    assert sorted(query_names(vendor) - methods) == []
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_queries__each_engine_keeps_its_sql_in_query_files(vendor: str) -> None:
+    queries = load(engine_dir(vendor))
+
+    assert {"job_insert_many", "job_claim", "job_finalize_many"} <= base_names(queries)
+    assert all(sql.strip() for sql in queries.values()), "an empty query"

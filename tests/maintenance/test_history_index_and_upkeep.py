@@ -1,0 +1,103 @@
+"""history_index (per-partition concurrent builds) and jobs_maintain (upkeep)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_hopper.engine.base import (
+    BaseEngine,
+    HistoryIndexParams,
+    HistoryMaintainParams,
+    JobsMaintainParams,
+)
+from django_hopper.engine.postgres.history import upkeep_action
+from tests.maintenance.test_history_retention import drop_day_partitions
+
+DAY = dt.timedelta(days=1)
+
+
+def partition_indexes(name: str) -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'hopper_history_test_idx'::regclass"
+        )
+        return {row[0] for row in cursor.fetchall() if row[0].startswith(name)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_index_added_to_history_is_built_per_partition_and_attached(
+    tx_engine: BaseEngine,
+) -> None:
+    e: Any = tx_engine
+    if not tx_engine.features.supports_history_partitions:
+        assert e.history_index(HistoryIndexParams()).built == []
+        return
+    now = tx_engine.now()
+    e.history_maintain(
+        HistoryMaintainParams(
+            completed_retention=DAY, failed_retention=DAY, create_ahead=1, now=now
+        )
+    )
+    try:
+        with connection.cursor() as cursor:
+            # What a later migration does: declare the index on the parent only.
+            cursor.execute(
+                "CREATE INDEX hopper_history_test_idx ON ONLY hopper_job_history (queue)"
+            )
+        result = e.history_index(HistoryIndexParams())
+        assert len(result.built) == len(e.history_partitions())
+        assert "hopper_history_test_idx" not in result.invalid
+        assert partition_indexes("hopper_job_history_default")
+        again = e.history_index(HistoryIndexParams())
+        assert (again.built, again.deferred, again.timed_out) == ([], [], [])
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP INDEX IF EXISTS hopper_history_test_idx")
+        drop_day_partitions()
+
+
+def test_history_index_refuses_to_run_inside_a_transaction(engine: BaseEngine) -> None:
+    if not engine.features.supports_history_partitions:
+        pytest.skip("nothing to build where history is one table")
+    from django_hopper.exceptions import DatabaseError
+
+    with pytest.raises(DatabaseError, match="outside a transaction"):
+        engine.history_index(HistoryIndexParams())  # type: ignore[attr-defined]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_jobs_maintain_vacuums_past_the_threshold_without_waiting(tx_engine: BaseEngine) -> None:
+    e: Any = tx_engine
+    result = e.jobs_maintain(JobsMaintainParams(vacuum_dead_tuples=0))
+    if tx_engine.features.supports_history_partitions:  # the PostgreSQL engine
+        assert result.vacuumed and result.analyzed
+        assert result.tables["hopper_job"] == "vacuumed"
+    else:
+        assert (result.vacuumed, result.analyzed) == (False, False)
+
+
+def test_jobs_maintain_does_nothing_below_the_thresholds(engine: BaseEngine) -> None:
+    result = engine.jobs_maintain(JobsMaintainParams())  # type: ignore[attr-defined]
+    assert (result.vacuumed, result.analyzed) == (False, False)
+
+
+@pytest.mark.parametrize(
+    ("dead", "live", "changed", "estimate", "expected"),
+    [
+        (100_000, 10, 0, 10, "vacuum"),
+        (10, 50_000, 0, 1_000, "analyze"),  # the planner thinks 1k rows, there are 50k
+        (10, 1_000, 0, -1, "analyze"),  # never analyzed
+        (10, 5_000, 100_000, 5_000, "analyze"),  # many changes since the last analyze
+        (10, 5_000, 10, 4_000, None),
+        (10, 50, 0, -1, None),  # too small to matter
+    ],
+)
+def test_upkeep_decides_from_table_statistics(
+    dead: int, live: int, changed: int, estimate: int, expected: str | None
+) -> None:
+    assert upkeep_action(dead, live, changed, estimate, JobsMaintainParams()) == expected

@@ -1,0 +1,233 @@
+"""How an attempt ends, run through an in-process worker with ``run_once()``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+import pytest
+from django.test import override_settings
+
+from django_hopper.context import JobContext
+from django_hopper.engine.base import (
+    ClientRegisterParams,
+    JobClaimParams,
+    JobFinalize,
+    JobFinalizeParams,
+    JobRetryParams,
+)
+from django_hopper.exceptions import JobFenced
+from django_hopper.retry import backoff
+from tests.runtime.conftest import get, insert, insert_kind
+from tests.testapp import jobs
+from tests.testapp.models import Effect
+
+
+def make_due(engine, job) -> None:
+    """Bring a waiting job's schedule forward (as an operator's retry does)."""
+    engine.job_retry(JobRetryParams(id=job.id))
+
+
+def test_a_returned_value_completes_the_job_with_it_as_output(tx_engine, make_worker):
+    job = insert(tx_engine, jobs.add, 2, 3)
+    worker = make_worker()
+    assert worker.run_once() == 1
+    row = get(tx_engine, job)
+    assert row.state == "completed"
+    assert row.output == 5
+    assert row.attempt == 1
+
+
+def test_an_exception_makes_the_job_retryable_after_backoff_with_the_traceback(
+    tx_engine, make_worker
+):
+    job = insert(tx_engine, jobs.rt_flaky, failures=1)
+    before = tx_engine.now()
+    make_worker().run_once()
+    row = get(tx_engine, job)
+    assert row.state == "retryable"
+    assert len(row.errors) == 1
+    error = row.errors[0]
+    assert error.error == "ValueError: flaky failure 1"
+    assert "Traceback" in error.trace and "rt_flaky" in error.trace
+    assert error.attempt == 1 and error.fence == row.fence
+    # Default rule: 1 * 1**4 seconds with ±10% jitter.
+    wait = (row.scheduled_at - before).total_seconds()
+    assert 0.85 <= wait <= 1.5, wait
+
+
+def test_a_retried_job_completes_and_keeps_each_attempts_log(tx_engine, make_worker):
+    job = insert(tx_engine, jobs.rt_flaky, failures=1)
+    worker = make_worker()
+    worker.run_once()
+    make_due(tx_engine, job)
+    assert worker.run_once() == 1
+    row = get(tx_engine, job)
+    assert row.state == "completed" and row.attempt == 2 and row.output == "ok"
+    logs = tx_engine.job_logs(job.id)
+    assert [(log.attempt, log.log) for log in logs] == [(1, "attempt 1\n"), (2, "attempt 2\n")]
+
+
+def test_a_job_out_of_attempts_is_discarded(tx_engine, make_worker):
+    job = insert(tx_engine, jobs.rt_flaky, failures=10)  # max_attempts=3
+    worker = make_worker()
+    for _ in range(3):
+        assert worker.run_once() == 1
+        if get(tx_engine, job).is_live:
+            make_due(tx_engine, job)
+    row = get(tx_engine, job)
+    assert row.state == "discarded"
+    assert [e.attempt for e in row.errors] == [1, 2, 3]
+
+
+def test_a_snooze_reschedules_the_job_and_gives_the_attempt_back(tx_engine, make_worker):
+    job = insert(tx_engine, jobs.rt_snooze_once, delay=60)
+    worker = make_worker()
+    worker.run_once()
+    row = get(tx_engine, job)
+    assert row.state == "scheduled"
+    assert row.attempt == 0
+    assert row.snooze_reason == "waiting for something"
+    assert row.errors == []
+    assert (row.scheduled_at - tx_engine.now()).total_seconds() > 50
+    make_due(tx_engine, job)
+    worker.run_once()
+    row = get(tx_engine, job)
+    assert row.state == "completed" and row.output == "woke" and row.attempt == 1
+    assert [log.snoozed for log in tx_engine.job_logs(job.id)] == [True]
+
+
+def test_a_value_that_is_not_json_fails_the_attempt_with_a_clear_error(tx_engine, make_worker):
+    job = insert(tx_engine, jobs.rt_not_json)
+    make_worker().run_once()
+    row = get(tx_engine, job)
+    assert row.state == "retryable"
+    assert "not JSON" in row.errors[0].error and "set" in row.errors[0].error
+
+
+def test_context_log_lines_are_stored_with_the_attempt(tx_engine, make_worker):
+    job = insert(tx_engine, jobs.with_context, note="hello")
+    make_worker().run_once()
+    assert get(tx_engine, job).output == 1
+    assert [log.log for log in tx_engine.job_logs(job.id)] == ["attempt 1: hello\n"]
+
+
+def test_an_unknown_kind_is_discarded_at_once(tx_engine, make_worker):
+    job = insert_kind(tx_engine, "tests.testapp.jobs.no_such_job")
+    make_worker().run_once()
+    row = get(tx_engine, job)
+    assert row.state == "discarded"
+    assert "unknown job kind" in row.errors[0].error
+    assert row.attempt == 1 < row.max_attempts
+
+
+def test_a_sync_job_past_its_timeout_fails_and_its_late_result_is_dropped(tx_engine, make_worker):
+    job = insert(tx_engine, jobs.rt_sleep_sync, 1.0)
+    worker = make_worker()
+    worker.run_once()  # returns once the thread really ended, after its late result
+    row = get(tx_engine, job)
+    assert row.state == "retryable"
+    assert row.errors[0].error == "timed out after 0.3s"
+    assert row.output is None
+
+
+def test_an_async_job_past_its_timeout_is_cancelled_and_fails(tx_engine, make_worker):
+    job = insert(tx_engine, jobs.rt_sleep_async, 30)
+    worker = make_worker()
+    started = dt.datetime.now()
+    worker.run_once()
+    assert (dt.datetime.now() - started).total_seconds() < 5
+    row = get(tx_engine, job)
+    assert row.state == "retryable"
+    assert row.errors[0].error == "timed out after 0.3s"
+
+
+def test_an_async_job_runs_on_the_event_loop(tx_engine, make_worker):
+    job = insert(tx_engine, jobs.async_add, 4, 5)
+    make_worker().run_once()
+    assert get(tx_engine, job).output == 9
+
+
+def test_progress_is_recorded_through_the_context(tx_engine, make_worker):
+    job = insert(tx_engine, jobs.rt_progress, steps=3)
+    make_worker().run_once()
+    row = get(tx_engine, job)
+    assert row.output == {"stored": [True, True, True], "step": "step-2"}
+    assert row.progress is not None and row.progress.cursor == {"i": 2}
+
+
+def test_progress_of_an_attempt_that_lost_its_job_is_refused(tx_engine):
+    job = insert(tx_engine, jobs.noop)
+    client = tx_engine.client_register(
+        ClientRegisterParams(hostname="t", ttl=dt.timedelta(seconds=30))
+    )
+    (claimed,) = tx_engine.job_claim(
+        JobClaimParams(queue="default", client_id=client, limit=1)
+    ).jobs
+    assert claimed.id == job.id
+    context = JobContext(claimed, tx_engine)
+    assert context.record_progress("one", 1) is True
+    assert context.progress is not None and context.progress.step == "one"
+    # Another party ends the attempt (as the rescue would).
+    tx_engine.job_finalize_many(
+        JobFinalizeParams(
+            jobs=[
+                JobFinalize(
+                    id=claimed.id, attempted_by=client, fence=claimed.fence, state="retryable"
+                )
+            ]
+        )
+    )
+    assert context.record_progress("two", 2) is False
+    assert context.lost
+    with pytest.raises(JobFenced):
+        context.check_cancelled()
+    assert context.progress.step == "one"
+
+
+def test_job_started_and_finished_signals_are_sent(tx_engine, make_worker):
+    from django_hopper import signals
+
+    seen: list[tuple[str, object]] = []
+
+    def started(sender, job, **kwargs):
+        seen.append(("started", job.id))
+
+    def finished(sender, job, state, error, output, **kwargs):
+        seen.append((state, output))
+
+    signals.job_started.connect(started)
+    signals.job_finished.connect(finished)
+    try:
+        job = insert(tx_engine, jobs.add, 1, 1)
+        make_worker().run_once()
+    finally:
+        signals.job_started.disconnect(started)
+        signals.job_finished.disconnect(finished)
+    assert seen == [("started", job.id), ("completed", 2)]
+
+
+def test_effects_are_written_from_the_job_thread(tx_engine, make_worker):
+    job = insert(tx_engine, jobs.rt_effect)
+    make_worker().run_once()
+    row = get(tx_engine, job)
+    assert list(Effect.objects.filter(job_id=job.id).values_list("fence", flat=True)) == [row.fence]
+
+
+# ---------------------------------------------------------------------------
+# The backoff rule
+
+
+@override_settings(
+    HOPPER={"BACKOFF_BASE": 2.0, "BACKOFF_EXPONENT": 2.0, "BACKOFF_MAX": 100, "BACKOFF_JITTER": 0}
+)
+def test_backoff_is_base_times_attempt_to_the_exponent_capped():
+    assert [backoff(n).total_seconds() for n in (1, 2, 3, 7, 8, 50)] == [2, 8, 18, 98, 100, 100]
+
+
+@override_settings(HOPPER={"BACKOFF_BASE": 10.0, "BACKOFF_EXPONENT": 1.0, "BACKOFF_JITTER": 0.2})
+def test_backoff_jitter_stays_within_its_fraction():
+    rng = random.Random(7)
+    values = [backoff(1, rng=rng).total_seconds() for _ in range(200)]
+    assert min(values) >= 8.0 and max(values) <= 12.0
+    assert max(values) - min(values) > 2.0  # it does spread

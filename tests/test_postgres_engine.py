@@ -1,0 +1,260 @@
+"""PostgreSQL-only behaviour of the engine that the shared conformance suite
+does not reach: COPY, plans, lock handling inside a caller's transaction,
+races on unique keys with history, error translation and the listener.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import connection, connections, transaction
+
+from django_hopper.engine.base import (
+    CHANNEL_INSERT,
+    BaseEngine,
+    JobInsertOpts,
+    JobInsertParams,
+    JobRecordProgressParams,
+    JobRetryParams,
+)
+from django_hopper.exceptions import DatabaseError, InvalidJob, JobLocked, UniqueConflict
+from tests.engine_conformance.support import (
+    HOUR,
+    MINUTE,
+    claim,
+    finalize,
+    get,
+    insert,
+    receive,
+    register,
+    result,
+    running,
+)
+
+pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL engine only")
+
+
+@contextmanager
+def other_connection() -> Iterator[psycopg.Connection[Any]]:
+    """A second session on the test database, outside Django, for holding locks."""
+    params = connection.get_connection_params()
+    for key in ("cursor_factory", "context"):
+        params.pop(key, None)
+    conn = psycopg.connect(**params)
+    try:
+        yield conn
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+# -- COPY --------------------------------------------------------------------
+
+
+def test_copy__inserts_rows_that_read_back_as_returned(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    later = db_now + HOUR
+    params = [
+        JobInsertParams(kind="tests.copy", args={"n": i}, tags=("a", "b"), metadata={"m": i})
+        for i in range(50)
+    ]
+    params.append(JobInsertParams(kind="tests.copy", scheduled_at=later, ttl=2 * HOUR))
+    results = engine.job_insert_copy(params, JobInsertOpts(now=db_now))
+
+    assert [r.job.state for r in results] == ["available"] * 50 + ["scheduled"]
+    assert all(not r.duplicate for r in results)
+    for r in results:
+        stored = get(engine, r.job.id)
+        assert stored == r.job
+    assert results[-1].job.expires_at == db_now + 2 * HOUR
+    assert results[-1].job.scheduled_at == later
+
+
+def test_copy__refuses_unique_keys_before_writing(engine: BaseEngine, db_now: dt.datetime) -> None:
+    params = [
+        JobInsertParams(kind="tests.copy"),
+        JobInsertParams(kind="tests.copy", unique_key="k"),
+    ]
+    with pytest.raises(InvalidJob) as info:
+        engine.job_insert_copy(params, JobInsertOpts(now=db_now))
+    assert info.value.field == "unique_key"
+
+
+# -- plans -------------------------------------------------------------------
+
+
+def test_claim__plan_uses_the_partial_indexes(engine: BaseEngine, db_now: dt.datetime) -> None:
+    """Many future and foreign jobs must not turn the claim into a scan."""
+    far = db_now + 24 * HOUR
+    engine.job_insert_copy(
+        [JobInsertParams(kind="tests.plan", scheduled_at=far) for _ in range(3000)]
+        + [JobInsertParams(kind="tests.plan", queue="other") for _ in range(3000)],
+        JobInsertOpts(now=db_now),
+    )
+    insert(engine, db_now, kind="tests.plan")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE hopper_job")
+        from django_hopper.engine.postgres.support import QUERIES
+
+        cursor.execute(
+            "EXPLAIN " + QUERIES["job_claim"],
+            {"queue": "default", "client_id": 1, "limit": 10, "now": db_now},
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "hopper_job_claim" in plan
+    assert "hopper_job_due" in plan
+    assert "Seq Scan on hopper_job" not in plan
+
+
+# -- locks inside the caller's transaction ------------------------------------
+
+
+def test_progress__no_wait_keeps_the_callers_transaction_usable(
+    tx_engine: BaseEngine,
+) -> None:
+    now = tx_engine.now()
+    client_id = register(tx_engine, now)
+    job = running(tx_engine, client_id, now)
+    params = JobRecordProgressParams(
+        id=job.id, attempted_by=client_id, fence=job.fence, attempt=job.attempt, step="s",
+        no_wait=True, now=now,
+    )  # fmt: skip
+    with other_connection() as other:
+        other.execute("SELECT 1 FROM hopper_job WHERE id = %s FOR UPDATE", (job.id,))
+        with transaction.atomic():
+            with pytest.raises(JobLocked):
+                tx_engine.job_record_progress(params)
+            # The refused lock rolled back to a savepoint only.
+            assert tx_engine.job_get(job.id) is not None
+    progress = tx_engine.job_record_progress(params)
+    assert progress is not None and progress.step == "s"
+
+
+def test_retry__unique_conflict_keeps_the_callers_transaction_usable(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    client_id = register(engine, db_now)
+    job = running(engine, client_id, db_now, unique_key="u1")
+    finalize(engine, db_now, result(job, "discarded"))
+    insert(engine, db_now, unique_key="u1")
+    with pytest.raises(UniqueConflict):
+        engine.job_retry(JobRetryParams(id=job.id, now=db_now))
+    # The test runs inside an atomic block: it must still work.
+    assert get(engine, job).state == "discarded"
+
+
+# -- unique keys and history ---------------------------------------------------
+
+
+def test_insert__finds_a_holder_finalized_while_the_insert_waits(tx_engine: BaseEngine) -> None:
+    """The holder is finalized (to history) by a transaction the insert waits for."""
+    now = tx_engine.now()
+    client_id = register(tx_engine, now)
+    holder = running(tx_engine, client_id, now, unique_key="race")
+    started = threading.Event()
+    out: dict[str, Any] = {}
+
+    def insert_duplicate() -> None:
+        try:
+            started.set()
+            (res,) = tx_engine.job_insert_many(
+                [
+                    JobInsertParams(
+                        kind="tests.job", unique_key="race", unique_finished=("completed",)
+                    )
+                ],
+                JobInsertOpts(now=now),
+            )
+            out["result"] = res
+        except BaseException as exc:  # pragma: no cover - reported below
+            out["error"] = exc
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        finalize(tx_engine, now, result(holder, "completed"))
+        thread = threading.Thread(target=insert_duplicate)
+        thread.start()
+        started.wait(5)
+        thread.join(0.5)  # the insert now waits on the holder's row lock
+    thread.join(10)
+    assert "error" not in out, out.get("error")
+    assert out["result"].duplicate
+    assert out["result"].job.id == holder.id
+    assert out["result"].job.state == "completed"
+    assert get(tx_engine, holder).state == "completed"
+
+
+# -- input errors --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"priority": 101}, "priority"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"queue": ""}, "queue"),
+        ({"scheduled_at": dt.datetime(2030, 1, 1)}, "scheduled_at"),
+        ({"args": {"x": object()}}, "args"),
+        ({"unique_finished": ("running",)}, "unique_finished"),
+    ],
+)
+def test_insert__refuses_bad_input_before_writing(
+    engine: BaseEngine, db_now: dt.datetime, fields: dict[str, Any], field: str
+) -> None:
+    good = JobInsertParams(kind="tests.job")
+    with pytest.raises(InvalidJob) as info:
+        engine.job_insert_many([good, JobInsertParams(kind="tests.job", **fields)])
+    assert info.value.field == field
+    assert claim(engine, register(engine, db_now), db_now) == []
+
+
+# -- listener ------------------------------------------------------------------
+
+
+def test_listener__insert_notify_reaches_a_listener(tx_engine: BaseEngine) -> None:
+    listener = tx_engine.listener()
+    try:
+        listener.listen([CHANNEL_INSERT])
+        tx_engine.job_insert_copy(
+            [JobInsertParams(kind="tests.job", queue="lq")], JobInsertOpts(notify=True)
+        )
+        got = receive(listener, 1)
+        assert [(n.channel, n.payload) for n in got] == [(CHANNEL_INSERT, "lq")]
+        assert listener.next(0.05) == []
+    finally:
+        listener.close()
+
+
+def test_listener__a_lost_connection_raises_database_error(tx_engine: BaseEngine) -> None:
+    listener = tx_engine.listener()
+    try:
+        listener.listen([CHANNEL_INSERT])
+        pid = listener._conn.info.backend_pid  # type: ignore[attr-defined]
+        with other_connection() as other:
+            other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            other.commit()
+        with pytest.raises(DatabaseError):
+            for _ in range(20):
+                listener.next(0.1)
+    finally:
+        listener.close()
+
+
+def test_leader__resign_notifies_only_when_held(engine: BaseEngine, db_now: dt.datetime) -> None:
+    a, b = register(engine, db_now), register(engine, db_now)
+    from django_hopper.engine.base import LeaderParams
+
+    assert engine.leader_attempt(LeaderParams(client_id=a, ttl=MINUTE, now=db_now))
+    assert not engine.leader_attempt(LeaderParams(client_id=b, ttl=MINUTE, now=db_now))
+    engine.leader_resign(b)
+    assert engine.leader_get(db_now) == a
+    engine.leader_resign(a)
+    assert engine.leader_get(db_now) is None

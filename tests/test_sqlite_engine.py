@@ -1,0 +1,234 @@
+"""What only the SQLite engine has to get right: the short lock wait, the
+registered containment function, the stored time format, the batch statement
+counts and the caller's transaction surviving a refused operation."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from django_hopper.engine.base import (
+    BaseEngine,
+    ClientRegisterParams,
+    JobClaimParams,
+    JobFinalize,
+    JobFinalizeParams,
+    JobInsertOpts,
+    JobInsertParams,
+    JobListParams,
+    JobRecordProgressParams,
+    JobRetryParams,
+)
+from django_hopper.engine.sqlite.convert import db_time, json_contains
+from django_hopper.exceptions import InvalidJob, JobLocked, UniqueConflict
+
+pytestmark = pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite engine specifics")
+
+
+def _running(
+    engine: BaseEngine, now: dt.datetime, n: int = 1, queue: str = "sq"
+) -> tuple[int, list[Any]]:
+    client = engine.client_register(ClientRegisterParams("h", dt.timedelta(hours=1), now=now))
+    engine.job_insert_many(
+        [JobInsertParams(kind="k", queue=queue) for _ in range(n)], JobInsertOpts(now=now)
+    )
+    jobs = engine.job_claim(JobClaimParams(queue=queue, client_id=client, limit=n, now=now)).jobs
+    assert len(jobs) == n
+    return client, jobs
+
+
+@pytest.fixture
+def other_writer(tx_engine: BaseEngine) -> Iterator[sqlite3.Connection]:
+    """A second connection holding the write lock, as another process would."""
+    raw = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None, timeout=0)
+    yield raw
+    if raw.in_transaction:
+        raw.execute("ROLLBACK")
+    raw.close()
+
+
+def _busy_timeout() -> int:
+    with connection.cursor() as c:
+        c.execute("PRAGMA busy_timeout")
+        return int(c.fetchone()[0])
+
+
+def test_sqlite__skip_locked_skips_every_job_while_another_transaction_writes(
+    tx_engine: BaseEngine, other_writer: sqlite3.Connection
+) -> None:
+    now = tx_engine.now()
+    client, (job,) = _running(tx_engine, now)
+    before = _busy_timeout()
+    other_writer.execute("BEGIN IMMEDIATE")
+
+    applied = tx_engine.job_finalize_many(
+        JobFinalizeParams(
+            jobs=[JobFinalize(id=job.id, attempted_by=client, fence=job.fence, state="completed")],
+            skip_locked=True,
+            now=now,
+        )
+    )
+
+    assert applied == []
+    assert _busy_timeout() == before
+    other_writer.execute("ROLLBACK")
+    assert tx_engine.job_get(job.id).state == "running"  # type: ignore[union-attr]
+
+
+def test_sqlite__no_wait_progress_raises_job_locked_while_another_transaction_writes(
+    tx_engine: BaseEngine, other_writer: sqlite3.Connection
+) -> None:
+    now = tx_engine.now()
+    client, (job,) = _running(tx_engine, now)
+    before = _busy_timeout()
+    other_writer.execute("BEGIN IMMEDIATE")
+
+    with pytest.raises(JobLocked):
+        tx_engine.job_record_progress(
+            JobRecordProgressParams(
+                id=job.id,
+                attempted_by=client,
+                fence=job.fence,
+                attempt=job.attempt,
+                step="one",
+                no_wait=True,
+            )
+        )
+
+    assert _busy_timeout() == before
+
+
+def test_sqlite__metadata_filter_works_on_a_reopened_connection(tx_engine: BaseEngine) -> None:
+    now = tx_engine.now()
+    tx_engine.job_insert_many(
+        [JobInsertParams(kind="k", metadata={"a": {"b": [1, 2]}, "c": True})],
+        JobInsertOpts(now=now),
+    )
+    connection.close()
+
+    rows = tx_engine.job_list(JobListParams(metadata={"a": {"b": [2]}}))
+    none = tx_engine.job_list(JobListParams(metadata={"c": 1}))
+
+    assert len(rows) == 1
+    assert none == []
+
+
+@pytest.mark.parametrize(
+    ("doc", "pattern", "expected"),
+    [
+        ({"a": 1, "b": 2}, {"a": 1}, True),
+        ({"a": {"x": 1, "y": 2}}, {"a": {"x": 1}}, True),
+        ({"a": [1, 2, 3]}, {"a": [3, 1]}, True),
+        ({"a": [1, 2]}, {"a": [1, 4]}, False),
+        ({"a": [[1, 2], [3]]}, {"a": [[2]]}, True),
+        ({"a": [{"k": 1, "l": 2}]}, {"a": [{"k": 1}]}, True),
+        ({"a": ["x"]}, {"a": "x"}, False),  # only a top-level array holds a scalar
+        ({"a": 1}, {"a": 1.0}, True),
+        ({"a": True}, {"a": 1}, False),
+        ({"a": None}, {"a": None}, True),
+        ({}, {"a": None}, False),
+        ({"a": "1"}, {"a": 1}, False),
+        ({"a": 1}, {}, True),
+    ],
+)
+def test_sqlite__json_contains_follows_postgres(doc: Any, pattern: Any, expected: bool) -> None:
+    assert json_contains(doc, pattern) is expected
+
+
+def test_sqlite__times_are_stored_with_six_fraction_digits(engine: BaseEngine) -> None:
+    at = dt.datetime(2030, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    (result,) = engine.job_insert_many([JobInsertParams(kind="k")], JobInsertOpts(now=at))
+
+    with connection.cursor() as c:
+        c.execute(
+            "SELECT CAST(created_at AS TEXT), CAST(scheduled_at AS TEXT) FROM hopper_job "
+            "WHERE id = %s",
+            [result.job.id.hex],
+        )
+        assert c.fetchone() == ("2030-01-02 03:04:05.000000", "2030-01-02 03:04:05.000000")
+    assert db_time(at + dt.timedelta(hours=1, microseconds=7)) == "2030-01-02 04:04:05.000007"
+    assert engine.job_get(result.job.id).created_at == at  # type: ignore[union-attr]
+
+
+def test_sqlite__batches_take_a_fixed_number_of_statements(engine: BaseEngine) -> None:
+    now = engine.now()
+    n = 500
+    with CaptureQueriesContext(connection) as inserted:
+        results = engine.job_insert_many(
+            [JobInsertParams(kind="k", queue="batch", unique_key=f"u{i % 400}") for i in range(400)]
+            + [JobInsertParams(kind="k", queue="batch") for _ in range(n - 400)],
+            JobInsertOpts(now=now),
+        )
+    assert len(results) == n and not any(r.duplicate for r in results)
+    client = engine.client_register(ClientRegisterParams("h", dt.timedelta(hours=1), now=now))
+    jobs = engine.job_claim(JobClaimParams(queue="batch", client_id=client, limit=n, now=now)).jobs
+    assert len(jobs) == n
+    finals = [
+        JobFinalize(
+            id=j.id,
+            attempted_by=client,
+            fence=j.fence,
+            state=("completed", "retryable", "discarded", "scheduled")[i % 4],
+            delay=dt.timedelta(seconds=5),
+            snooze=i % 8 == 3,
+            log="line\n",
+        )
+        for i, j in enumerate(jobs)
+    ]
+    with CaptureQueriesContext(connection) as finalized:
+        applied = engine.job_finalize_many(JobFinalizeParams(jobs=finals, keep_logs=2, now=now))
+
+    assert len(applied) == n
+    assert len(inserted.captured_queries) <= 3
+    assert len(finalized.captured_queries) <= 8
+    assert sum(1 for j in finals if j.state in ("completed", "discarded")) == len(
+        engine.job_list(JobListParams(states=("completed", "discarded"), limit=1000))
+    )
+
+
+def test_sqlite__a_refused_retry_leaves_the_callers_transaction_usable(
+    engine: BaseEngine,
+) -> None:
+    now = engine.now()
+    client, (job,) = _running(engine, now, queue="uq")
+    engine.job_finalize_many(
+        JobFinalizeParams(
+            jobs=[JobFinalize(id=job.id, attempted_by=client, fence=job.fence, state="discarded")],
+            now=now,
+        )
+    )
+    # The finished job had no unique key; give the next one a key a live job holds.
+    engine.job_insert_many([JobInsertParams(kind="u", unique_key="x")], JobInsertOpts(now=now))
+    client, (held,) = _running(engine, now, queue="uq2")
+    with connection.cursor() as c:
+        c.execute(
+            "UPDATE hopper_job SET unique_key = 'x', kind = 'u2' WHERE id = %s", [held.id.hex]
+        )
+    engine.job_finalize_many(
+        JobFinalizeParams(
+            jobs=[JobFinalize(id=held.id, attempted_by=client, fence=held.fence, state="canceled")],
+            now=now,
+        )
+    )
+    engine.job_insert_many([JobInsertParams(kind="u2", unique_key="x")], JobInsertOpts(now=now))
+
+    with transaction.atomic():
+        with pytest.raises(UniqueConflict):
+            engine.job_retry(JobRetryParams(id=held.id, now=now))
+        assert engine.job_get(held.id).state == "canceled"  # type: ignore[union-attr]
+
+
+def test_sqlite__bad_input_names_the_field_and_writes_nothing(engine: BaseEngine) -> None:
+    with pytest.raises(InvalidJob) as exc:
+        engine.job_insert_many(
+            [JobInsertParams(kind="ok"), JobInsertParams(kind="bad", priority=101)]
+        )
+
+    assert exc.value.field == "priority"
+    assert engine.job_list(JobListParams(kinds=("ok",))) == []

@@ -1,0 +1,161 @@
+"""Job functions shared by the test modules.
+
+Append-only: several test modules (and worker processes started by tests,
+through ``HOPPER["IMPORTS"]``) rely on these names and kinds. Add new
+functions at the end; do not change or remove existing ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_hopper import job
+
+
+@job
+def noop() -> None:
+    """Do nothing; the smallest job there is."""
+
+
+@job
+def add(a: int, b: int) -> int:
+    """Return a sum, so a test can check the stored output."""
+    return a + b
+
+
+@job(queue="emails", priority=5, max_attempts=3)
+def send_email(to: str, subject: str = "") -> dict[str, Any]:
+    """A job with decorator options, to check they land on the row."""
+    return {"to": to, "subject": subject}
+
+
+@job
+def fail(message: str = "boom") -> None:
+    """Raise every time, so the job ends discarded."""
+    raise RuntimeError(message)
+
+
+@job(takes_context=True)
+def with_context(context: Any, note: str = "") -> int:
+    """Log a line through the context and return the attempt number."""
+    context.log(f"attempt {context.attempt}: {note}")
+    return int(context.attempt)
+
+
+@job
+async def async_add(a: int, b: int) -> int:
+    """An ``async def`` job, run on the worker's event loop."""
+    return a + b
+
+
+# ---------------------------------------------------------------------------
+# Runtime (worker) test jobs. Their Effect rows prove what ran, at which fence.
+
+
+def _effect(context: Any, note: str = "") -> None:
+    """Record that this claim ran, in the job's own transaction."""
+    from django.db import transaction
+
+    from tests.testapp.models import Effect
+
+    with transaction.atomic():
+        Effect.objects.create(job_id=context.job_id, fence=context.job.fence, note=note)
+
+
+@job(takes_context=True, max_attempts=50)
+def rt_effect(context: Any, seconds: float = 0.0) -> int:
+    """Sleep, then record one effect; killing a worker mid-sleep loses nothing."""
+    import time
+
+    time.sleep(seconds)
+    _effect(context)
+    return int(context.job.fence)
+
+
+@job(takes_context=True, max_attempts=3)
+def rt_flaky(context: Any, failures: int = 1) -> str:
+    """Fail the first ``failures`` attempts, then succeed."""
+    context.log(f"attempt {context.attempt}")
+    if context.attempt <= failures:
+        raise ValueError(f"flaky failure {context.attempt}")
+    return "ok"
+
+
+@job(takes_context=True)
+def rt_snooze_once(context: Any, delay: float = 0.0) -> str:
+    """Snooze the first time it runs, complete the second time."""
+    from tests.testapp.models import Effect
+
+    if not Effect.objects.filter(job_id=context.job_id).exists():
+        _effect(context, "snoozed")
+        context.log("snoozing")
+        context.snooze(delay, "waiting for something")
+    return "woke"
+
+
+@job
+def rt_not_json() -> Any:
+    """Return a value that cannot be stored as JSON."""
+    return {1, 2, 3}
+
+
+@job(timeout=0.3)
+def rt_sleep_sync(seconds: float) -> str:
+    """Ignore its timeout (a plain sleep): the worker must finalize it anyway."""
+    import time
+
+    time.sleep(seconds)
+    return "late"
+
+
+@job(timeout=0.3)
+async def rt_sleep_async(seconds: float) -> str:
+    """Time out inside the event loop."""
+    import asyncio
+
+    await asyncio.sleep(seconds)
+    return "late"
+
+
+@job(takes_context=True)
+def rt_wait_cancel(context: Any, seconds: float = 30.0) -> str:
+    """Wait cooperatively until cancelled (or ``seconds`` pass)."""
+    import time
+
+    _effect(context, "started")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        context.check_cancelled()
+        time.sleep(0.02)
+    return "not cancelled"
+
+
+@job(takes_context=True)
+async def rt_async_wait_cancel(context: Any, seconds: float = 30.0) -> str:
+    """Wait on the event loop until cancelled through asyncio."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_effect)(context, "started")
+    await asyncio.sleep(seconds)
+    return "not cancelled"
+
+
+@job(takes_context=True)
+def rt_progress(context: Any, steps: int = 3) -> Any:
+    """Record a step per iteration; return what the context saw."""
+    stored = []
+    for i in range(steps):
+        stored.append(context.record_progress(f"step-{i}", {"i": i}))
+    return {"stored": stored, "step": context.progress.step if context.progress else None}
+
+
+@job(takes_context=True, max_attempts=50)
+def rt_hold(context: Any, seconds: float = 1.0) -> str:
+    """Sleep without an effect (a long-running job to interrupt)."""
+    import time
+
+    time.sleep(seconds)
+    _effect(context, "held")
+    return "held"
