@@ -451,9 +451,54 @@ class Suite:
         return {
             "waiting": filler,
             "history": history,
+            "claim": self.claim_probe(),
             "processing": self.process(n, 1),
             "latency": self.latency(),
         }
+
+    def claim_probe(self, rounds: int = 25) -> dict[str, Any]:
+        """Time hopper's claim of 10 jobs by itself (rolled back each time), and its plan.
+
+        Isolates the claim statement from the worker: if it slows down as the
+        tables grow, this shows it before any throughput figure does.
+        """
+        from django.db import connections, transaction
+
+        from django_hopper.engine import get_engine
+        from django_hopper.engine.base import JobClaimParams
+
+        engine = get_engine()
+        params = JobClaimParams(queue="bench", client_id=0, limit=10)
+        times = []
+        for _ in range(rounds):
+            with transaction.atomic():
+                start = time.perf_counter()
+                claimed = engine.job_claim(params)
+                times.append((time.perf_counter() - start) * 1000)
+                transaction.set_rollback(True)
+        out: dict[str, Any] = {
+            "median_ms": round(statistics.median(times), 3),
+            "claimed": len(claimed.jobs),
+        }
+        if self.vendor == "postgresql":
+            from django_hopper.engine.postgres.support import QUERIES
+
+            values = {"queue": "bench", "client_id": 0, "limit": 10, "now": None}
+            with transaction.atomic(), connections["default"].cursor() as cur:
+                cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + QUERIES["job_claim"], values)
+                plan = [row[0] for row in cur.fetchall()]
+                transaction.set_rollback(True)
+            out["explain_ms"] = next(
+                (
+                    float(line.split(":")[1].split()[0])
+                    for line in plan
+                    if line.startswith("Execution Time")
+                ),
+                None,
+            )
+            out["plan"] = plan
+        connections.close_all()
+        return out
 
     # -- one run -------------------------------------------------------------------------
 
@@ -604,10 +649,12 @@ def render(engine: str, title: str, r: dict[str, Any]) -> str:
         )
         tp, btp = c["processing"]["jobs_per_s"], base["processing"]["jobs_per_s"]
         med, bmed = c["latency"].get("median_ms"), base["latency"].get("median_ms")
+        claim_ms = (c.get("claim") or {}).get("median_ms")
         lines.append(
-            f"  {what:<28} {num(tp):>7} jobs/s = {ratio(tp, btp)} empty; "
-            f"latency median {med or 0:.1f} ms ({ratio(med, bmed)} empty), "
-            f"p95 {c['latency'].get('p95_ms', 0):.1f} ms"
+            f"  {what:<26} {num(tp):>7} jobs/s = {ratio(tp, btp)} empty; "
+            f"latency median {med or 0:.1f} ms = {ratio(med, bmed)} empty "
+            f"(p95 {c['latency'].get('p95_ms', 0):.1f}); claim of 10 alone "
+            + (f"{claim_ms:.2f} ms" if claim_ms is not None else "n/a")
         )
     mem = r["memory"]
     rss = mem.get("rss_kb") or {}

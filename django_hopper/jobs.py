@@ -652,6 +652,12 @@ def resolve(kind: str) -> JobFunction[Any, Any]:
                 break
         if isinstance(obj, JobFunction):
             return obj
+        # A Django Tasks ``@task`` function runs on hopper unchanged.
+        from django_hopper.tasks_compat import job_function_for
+
+        task_fn = job_function_for(obj)
+        if task_fn is not None:
+            return task_fn
         break
     raise UnknownJobKind(
         f"unknown job kind {kind!r}: no @job function is registered under it or found at "

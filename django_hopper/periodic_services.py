@@ -98,7 +98,7 @@ class PeriodicEnqueuer:
     def run_once(self, now: dt.datetime | None = None) -> PeriodicRunResult:
         """Register, then insert the due slots; return what was inserted."""
         now = now or self.engine.now()
-        result = PeriodicRunResult(registered=self._register(now))
+        result = PeriodicRunResult(registered=self.register(now))
         registrations = self.contract.periodic_registrations(now=now)
         last_slots = self.contract.periodic_last_slots()
         for row in _newest_per_name(registrations):
@@ -131,7 +131,7 @@ class PeriodicEnqueuer:
                 result.raced.append(row.name)
         return result
 
-    def _register(self, now: dt.datetime) -> bool:
+    def register(self, now: dt.datetime) -> bool:
         """Register this client's definitions if they changed or are due a refresh."""
         definitions = self._definitions
         if definitions is None:

@@ -71,7 +71,9 @@ class Maintainer:
         self.engine = engine
         self.elector = elector
         self.interval = float(interval)
-        self.services = list(services) if services is not None else default_services(engine)
+        self.services = (
+            list(services) if services is not None else default_services(engine, elector.client_id)
+        )
         self._last: dict[str, float] = {}
         self.wake = threading.Event()
 
@@ -90,6 +92,18 @@ class Maintainer:
                 reset_connection(self.engine.alias)
                 logger.exception("maintenance service %s failed", service.name)
         return out
+
+    def register(self) -> None:
+        """Record what every client declares, leader or not (periodic definitions)."""
+        from django_hopper.maintenance.services import Periodic
+
+        for service in self.services:
+            if isinstance(service, Periodic):
+                try:
+                    service.register()
+                except Exception:
+                    reset_connection(self.engine.alias)
+                    logger.exception("registering periodic jobs failed")
 
     def run_once(self) -> dict[str, int] | None:
         """Elect, then run due services if leading; None when not the leader."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django_hopper.conf import hopper_settings
@@ -21,6 +23,7 @@ from django_hopper.retry import backoff
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine, RescueCandidate
+    from django_hopper.periodic_services import PeriodicEnqueuer
 
 logger = logging.getLogger("django_hopper.maintenance")
 
@@ -148,6 +151,121 @@ class ClientPruner(Service):
         return self.engine.client_prune_expired(now)
 
 
-def default_services(engine: BaseEngine) -> list[Service]:
-    """Return the services the leader runs, rescue first."""
-    return [Rescuer(engine), Scheduler(engine), ExpiredJobDiscarder(engine), ClientPruner(engine)]
+class Periodic(Service):
+    """Insert the job of every due periodic slot (see django_hopper.periodic_services).
+
+    Every client registers its own definitions (``register``, called from the
+    worker's heartbeat); only the leader inserts slots (``run_once``).
+    """
+
+    name = "periodic"
+    interval = 1.0
+
+    def __init__(self, engine: BaseEngine, client_id: Callable[[], int | None]) -> None:
+        super().__init__(engine)
+        self.client_id = client_id
+        self._enqueuer: PeriodicEnqueuer | None = None
+
+    def enqueuer(self) -> PeriodicEnqueuer | None:
+        """Return the enqueuer of the current client ID (a fenced worker gets a new one)."""
+        from django_hopper.periodic_services import PeriodicEnqueuer
+
+        cid = self.client_id()
+        if cid is None:
+            return None
+        if self._enqueuer is None or self._enqueuer.client_id != cid:
+            self._enqueuer = PeriodicEnqueuer(self.engine, cid)
+        return self._enqueuer
+
+    def register(self, now: dt.datetime | None = None) -> bool:
+        """Register this client's definitions if they changed; return whether it wrote."""
+        enqueuer = self.enqueuer()
+        return bool(enqueuer and enqueuer.register(now or self.engine.now()))
+
+    def run_once(self, now: dt.datetime | None = None) -> int:
+        """Insert due slots; return how many jobs were inserted."""
+        enqueuer = self.enqueuer()
+        return len(enqueuer.run_once(now).inserted) if enqueuer else 0
+
+
+class HistoryRetentionService(Service):
+    """Create history partitions ahead and drop or prune what is past retention."""
+
+    name = "history_retention"
+    interval = 300.0
+
+    def run_once(self, now: dt.datetime | None = None) -> int:
+        from django_hopper.periodic_services import HistoryRetention
+
+        result = HistoryRetention(self.engine).run_once(now)
+        return len(result.created) + len(result.dropped) + int(result.pruned)
+
+
+class JobsUpkeepService(Service):
+    """Vacuum and analyze the live tables when enough jobs churned through them."""
+
+    name = "jobs_upkeep"
+    interval = 30.0
+
+    def run_once(self, now: dt.datetime | None = None) -> int:
+        from django_hopper.periodic_services import JobsUpkeep
+
+        result = JobsUpkeep(self.engine).run_once(now)
+        return int(result.vacuumed) + int(result.analyzed)
+
+
+class HistoryIndexService(Service):
+    """Build missing history indexes per partition, in a thread of its own.
+
+    A build takes as long as the partitions are large, so it must not hold up
+    the rescue and the other services; a pass still running is not started twice.
+    """
+
+    name = "history_index"
+    interval = 600.0
+
+    def __init__(self, engine: BaseEngine) -> None:
+        super().__init__(engine)
+        self._thread: threading.Thread | None = None
+
+    def run_once(self, now: dt.datetime | None = None) -> int:
+        """Start a pass in the background unless one is running; return 1 if started."""
+        if self._thread is not None and self._thread.is_alive():
+            return 0
+        self._thread = threading.Thread(
+            target=self._build, name="hopper-history-index", daemon=True
+        )
+        self._thread.start()
+        return 1
+
+    def _build(self) -> None:
+        from django_hopper.periodic_services import HistoryIndexer
+        from django_hopper.worker.db import close_thread_connections
+
+        try:
+            HistoryIndexer(self.engine).run_once()
+        except Exception:
+            logger.exception("history index pass failed")
+        finally:
+            close_thread_connections()
+
+
+def default_services(
+    engine: BaseEngine, client_id: Callable[[], int | None] | None = None
+) -> list[Service]:
+    """Return the services the leader runs, rescue first.
+
+    ``client_id`` (the leader's current client ID) enables periodic jobs,
+    which are registered and inserted under a client lease.
+    """
+    services: list[Service] = [
+        Rescuer(engine),
+        Scheduler(engine),
+        ExpiredJobDiscarder(engine),
+        ClientPruner(engine),
+    ]
+    if client_id is not None:
+        services.append(Periodic(engine, client_id))
+    services += [HistoryRetentionService(engine), JobsUpkeepService(engine)]
+    services.append(HistoryIndexService(engine))
+    return services

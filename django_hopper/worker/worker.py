@@ -231,6 +231,8 @@ class Heartbeat:
         self.last_renewed = time.monotonic()
         w.suspended = False
         w.apply_control(result.cancel_requested, result.paused_queues, result.limited_queues)
+        if w.maintainer is not None:
+            w.maintainer.register()
         return True
 
     def run(self) -> None:

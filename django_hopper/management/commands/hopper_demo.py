@@ -147,7 +147,11 @@ class Command(BaseCommand):
 
         deadline = time.monotonic() + DEADLINE
         while True:
-            call_command("hopper_worker", "--burst")
+            try:
+                call_command("hopper_worker", "--burst", verbosity=0)
+            except SystemExit as exc:  # the worker command ends with its exit status
+                if exc.code not in (0, None):
+                    raise CommandError(f"hopper_worker --burst exited with {exc.code}") from exc
             live = [row for row in (api.get_job(i) for i in ids) if row.is_live]
             if not live:
                 return

@@ -23,11 +23,28 @@ class Command(BaseCommand):
         from django_hopper.worker import Worker, WorkerConfig
 
         if options["once"]:
+            import datetime as dt
+            import socket
+
+            from django_hopper.engine.base import ClientRegisterParams
+
             engine = get_engine()
-            for service in default_services(engine):
-                changed = service.run_once()
-                if options.get("verbosity", 1) >= 1:
-                    self.stdout.write(f"{service.name}: {changed}")
+            # Periodic jobs are registered and inserted under a client lease,
+            # so a one-off pass holds one for its duration.
+            client_id = engine.client_register(
+                ClientRegisterParams(
+                    hostname=socket.gethostname(),
+                    ttl=dt.timedelta(minutes=5),
+                    info={"command": "hopper_maintain --once"},
+                )
+            )
+            try:
+                for service in default_services(engine, lambda: client_id):
+                    changed = service.run_once()
+                    if options.get("verbosity", 1) >= 1:
+                        self.stdout.write(f"{service.name}: {changed}")
+            finally:
+                engine.client_delete(client_id)
             return
         worker = Worker(WorkerConfig(queues={}, run_jobs=False, maintenance=True))
         sys.exit(worker.run())

@@ -96,7 +96,9 @@ class Command(BaseCommand):
                 argv += ["--settings", options["settings"]]
             argv += ["--verbosity", str(options.get("verbosity", 1))]
             code = Supervisor(processes, argv, burst=options["burst"]).run()
-            sys.exit(code)
+            if code:
+                raise CommandError(f"worker processes exited with status {code}", returncode=code)
+            return
         config = WorkerConfig(
             queues=queues,
             burst=options["burst"],
@@ -112,7 +114,8 @@ class Command(BaseCommand):
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-        sys.exit(code)
+        if code:
+            raise CommandError(f"worker exited with status {code}", returncode=code)
 
 
 def _configure_logging(verbosity: int) -> None:
