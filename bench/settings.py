@@ -35,6 +35,9 @@ if ENGINE == "postgres":
             "PORT": os.environ.get("PGPORT", "5432"),
             "USER": os.environ.get("PGUSER", "root"),
             "PASSWORD": os.environ.get("PGPASSWORD", ""),
+            # BENCH_SERVER_SIDE_BINDING=1 measures Django's server-side binding option
+            # (psycopg binds parameters on the server and can prepare statements).
+            "OPTIONS": {"server_side_binding": os.environ.get("BENCH_SERVER_SIDE_BINDING") == "1"},
         }
     }
 elif ENGINE == "sqlite":

@@ -202,6 +202,8 @@ class JobRow:
     finalized_at: dt.datetime | None = None
     output: JSON = None
     dependencies: list[Dependency] | None = None
+    #: The job's step name within its workflow, or None (issue 5).
+    step: str | None = None
 
     @property
     def is_live(self) -> bool:
@@ -900,4 +902,461 @@ class PeriodicHistoryContract:
 
     def jobs_maintain(self, params: JobsMaintainParams | None = None) -> JobsMaintainResult:
         """Vacuum / analyze the hot tables when they need it, never waiting for a lock."""
+        raise NotImplementedError
+
+
+# -- batches, workflows and awaiting (issue 5) ---------------------------------
+#
+# The seed's BatchInsert, BatchSettle, BatchGet, WorkflowInsert, WorkflowGet and
+# WorkflowPromoteReady. Engines implement them in mixins (``engine/*/batches.py``
+# and ``engine/*/workflows.py``). The rules that need no database (what a valid
+# workflow is, how a callback is stored) are written once here; the rules that
+# need atomicity (when a batch completes, when a dependent is promoted or fails)
+# live inside single SQL statements of each engine.
+
+
+class DependencyFailure:
+    """What a dependent does when a dependency is canceled or discarded (seed
+    ``DependencyFailure``; the values of ``models.DependencyFailure``)."""
+
+    #: The dependent is canceled too, and so on down the graph.
+    CANCEL = "cancel"
+    #: The dependent is discarded.
+    DISCARD = "discard"
+    #: The dependent runs anyway and can read the dependency's state.
+    RUN = "run"
+
+    ALL: ClassVar[tuple[str, ...]] = (CANCEL, DISCARD, RUN)
+
+
+@dataclass(slots=True, frozen=True)
+class BatchInsertParams:
+    """A batch expecting ``total`` jobs, inserted separately with their batch_id set."""
+
+    total: int
+    #: Inserted when the batch completes: on_success if no job was canceled or
+    #: discarded, on_failure otherwise, on_complete either way. Each callback's
+    #: metadata gains ``batch_id``.
+    on_success: JobInsertParams | None = None
+    on_failure: JobInsertParams | None = None
+    on_complete: JobInsertParams | None = None
+    metadata: JSON = field(default_factory=dict)
+    #: Pre-generated ID (UUIDv7); the engine generates one when None.
+    id: JobID | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class BatchRow:
+    id: JobID
+    #: Set for workflows.
+    name: str | None
+    #: The batch's jobs not yet finalized, as last folded by batch_settle.
+    pending: int
+    #: Its jobs that were canceled or discarded, as last folded.
+    failed: int
+    total: int
+    #: Set once every job has been finalized (and the callbacks inserted).
+    completed_at: dt.datetime | None
+    created_at: dt.datetime
+    metadata: JSON = field(default_factory=dict)
+    is_workflow: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class BatchSettleParams:
+    #: The batches to settle, waiting briefly for a row another transaction
+    #: holds. An empty (non-None) tuple settles nothing.
+    ids: tuple[JobID, ...] | None = None
+    #: With ids None: up to ``limit`` open batches with progress, ID after ``after``.
+    after: JobID | None = None
+    limit: int = 1000
+    #: With ids None: also delete up to ``limit`` dependency results of
+    #: workflows that completed or no longer exist.
+    results: bool = False
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class BatchSettleResult:
+    #: Batches whose progress was folded, and those of them that completed.
+    folded: int = 0
+    completed: int = 0
+    #: The greatest ID folded: the ``after`` of a sweep's next chunk.
+    last: JobID | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobDependency:
+    """An edge of a workflow: ``jobs[job]`` waits for ``jobs[depends_on]`` (indexes)."""
+
+    job: int
+    depends_on: int
+    on_failure: str = DependencyFailure.CANCEL
+    #: Claim ``job`` with ``depends_on``'s final state and output in its dependencies.
+    reads: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class WorkflowInsertParams:
+    name: str
+    #: No unique keys (a skipped job would leave its dependents waiting forever)
+    #: and no batch_id (the workflow is their batch).
+    jobs: Sequence[JobInsertParams]
+    #: Empty, or one name per job ("" for an unnamed one); names are unique.
+    steps: Sequence[str] = ()
+    deps: Sequence[JobDependency] = ()
+    on_success: JobInsertParams | None = None
+    on_failure: JobInsertParams | None = None
+    on_complete: JobInsertParams | None = None
+    metadata: JSON = field(default_factory=dict)
+    #: Wake workers on the queues of jobs that start available (at commit).
+    notify: bool = False
+    id: JobID | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class WorkflowInsertResult:
+    id: JobID
+    #: In input order.
+    jobs: list[JobInsertResult]
+
+
+@dataclass(slots=True, frozen=True)
+class JobEdge:
+    job: JobID
+    depends_on: JobID
+    on_failure: str = DependencyFailure.CANCEL
+    reads: bool = False
+
+
+@dataclass(slots=True)
+class WorkflowRow:
+    batch: BatchRow
+    #: In insertion order, live and finished alike.
+    jobs: list[JobRow]
+    edges: list[JobEdge]
+    #: The names of the named steps, by job ID.
+    steps: dict[JobID, str]
+
+
+@dataclass(slots=True, frozen=True)
+class WorkflowPromoteParams:
+    #: Finalized jobs whose pending dependents to promote (or fail). An empty
+    #: (non-None) tuple promotes nothing.
+    depends_on: tuple[JobID, ...] | None = None
+    #: With depends_on None: up to ``limit`` pending workflow jobs, ID after ``after``.
+    after: JobID | None = None
+    limit: int = 1000
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class WorkflowPromoteResult:
+    #: Jobs made claimable.
+    promoted: int = 0
+    #: Pending jobs canceled or discarded because a dependency failed.
+    failed: int = 0
+    #: Jobs considered by a sweep, and the greatest of their IDs.
+    scanned: int = 0
+    last: JobID | None = None
+    #: The batches of the jobs that failed, to settle.
+    batches: list[JobID] = field(default_factory=list)
+
+
+class BatchWorkflowContract(ABC):
+    """Batches and workflows: every engine implements each of these."""
+
+    @abstractmethod
+    def batch_insert(self, params: BatchInsertParams) -> JobID:
+        """Create a batch expecting ``total`` jobs; return its ID."""
+
+    @abstractmethod
+    def batch_settle(self, params: BatchSettleParams) -> BatchSettleResult:
+        """Fold batches' recorded progress in, and complete those with no job left.
+
+        Completing a batch inserts its callbacks in the same transaction, and
+        only the transaction that completes it does, so callbacks fire once.
+        """
+
+    @abstractmethod
+    def batch_get(self, id: JobID) -> BatchRow | None:
+        """Return a batch's progress (folded), or None."""
+
+    @abstractmethod
+    def workflow_insert(self, params: WorkflowInsertParams) -> WorkflowInsertResult:
+        """Insert a workflow's batch, jobs and edges atomically; jobs with dependencies
+        start pending. Refuse an invalid workflow before writing anything."""
+
+    @abstractmethod
+    def workflow_get(self, id: JobID) -> WorkflowRow | None:
+        """Return a workflow's batch, jobs (live and history), edges and step names."""
+
+    @abstractmethod
+    def workflow_promote_ready(self, params: WorkflowPromoteParams) -> WorkflowPromoteResult:
+        """Promote pending jobs whose dependencies have all finalized, or fail them
+        (cancel or discard, following the edge's on_failure) when one failed; the
+        failure cascades down the graph within the call."""
+
+
+def validate_workflow(params: WorkflowInsertParams) -> None:
+    """Refuse an invalid workflow with an InvalidJob naming the problem.
+
+    Written once for both engines, and run before anything is written.
+    """
+    from django_hopper.exceptions import InvalidJob
+
+    n = len(params.jobs)
+    if not isinstance(params.name, str) or not params.name or len(params.name) > 255:
+        raise InvalidJob(
+            f"a workflow's name must be a non-empty string of at most 255 characters, "
+            f"not {params.name!r}",
+            field="name",
+        )
+    if n == 0:
+        raise InvalidJob("a workflow needs at least one job", field="jobs")
+    for i, p in enumerate(params.jobs):
+        if p.unique_key is not None:
+            raise InvalidJob(
+                f"jobs[{i}] ({p.kind}) has a unique key; workflow jobs cannot have one, "
+                "since a skipped duplicate would leave its dependents waiting forever",
+                field="unique_key",
+            )
+        if p.batch_id is not None:
+            raise InvalidJob(
+                f"jobs[{i}] ({p.kind}) has a batch_id; the workflow is its batch",
+                field="batch_id",
+            )
+    if params.steps:
+        if len(params.steps) != n:
+            raise InvalidJob(
+                f"steps names {len(params.steps)} jobs but the workflow has {n}", field="steps"
+            )
+        seen: dict[str, int] = {}
+        for i, step in enumerate(params.steps):
+            if not isinstance(step, str) or len(step) > 255:
+                raise InvalidJob(f"steps[{i}] must be a string, not {step!r}", field="steps")
+            if step and step in seen:
+                raise InvalidJob(
+                    f"step name {step!r} is used twice (jobs[{seen[step]}] and jobs[{i}])",
+                    field="steps",
+                )
+            seen[step] = i
+    edges: set[tuple[int, int]] = set()
+    after: list[list[int]] = [[] for _ in range(n)]
+    indegree = [0] * n
+    for k, d in enumerate(params.deps):
+        for name in ("job", "depends_on"):
+            v = getattr(d, name)
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < n:
+                raise InvalidJob(
+                    f"deps[{k}].{name} is {v!r}: an edge must join two jobs of the workflow "
+                    f"(indexes 0..{n - 1})",
+                    field="deps",
+                )
+        if d.job == d.depends_on:
+            raise InvalidJob(f"deps[{k}]: jobs[{d.job}] cannot depend on itself", field="deps")
+        if d.on_failure not in DependencyFailure.ALL:
+            raise InvalidJob(
+                f"deps[{k}].on_failure must be one of {', '.join(DependencyFailure.ALL)}, "
+                f"not {d.on_failure!r}",
+                field="on_failure",
+            )
+        if (d.job, d.depends_on) in edges:
+            raise InvalidJob(
+                f"deps[{k}]: jobs[{d.job}] depends on jobs[{d.depends_on}] twice", field="deps"
+            )
+        edges.add((d.job, d.depends_on))
+        after[d.depends_on].append(d.job)
+        indegree[d.job] += 1
+    # Kahn's algorithm: whatever is left unvisited sits on a cycle.
+    ready = [i for i in range(n) if indegree[i] == 0]
+    visited = 0
+    while ready:
+        i = ready.pop()
+        visited += 1
+        for j in after[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                ready.append(j)
+    if visited != n:
+        names = params.steps or [""] * n
+        cycle = [names[i] or f"jobs[{i}]" for i in range(n) if indegree[i] > 0]
+        raise InvalidJob(
+            f"the workflow's dependencies form a cycle through {', '.join(cycle[:10])}",
+            field="deps",
+        )
+
+
+def callback_to_json(p: JobInsertParams | None) -> JSON:
+    """Store a callback job's params as JSON (written once for both engines)."""
+    if p is None:
+        return None
+    return {
+        "kind": p.kind,
+        "queue": p.queue,
+        "priority": p.priority,
+        "max_attempts": p.max_attempts,
+        "args": p.args,
+        "metadata": p.metadata,
+        "tags": list(p.tags),
+        "unique_key": p.unique_key,
+        "unique_finished": list(p.unique_finished),
+        "ordering_key": p.ordering_key,
+        "partition_key": p.partition_key,
+        "ttl": p.ttl.total_seconds() if p.ttl else None,
+        "awaited": p.awaited,
+    }
+
+
+def callbacks_of(
+    batch_id: JobID, failed: int, stored: Sequence[JSON]
+) -> list[JobInsertParams]:
+    """Return the callback jobs a batch inserts on completion.
+
+    ``stored`` is (on_success, on_failure, on_complete) as callback_to_json
+    made them: on_success if no job failed, on_failure otherwise, on_complete
+    either way; each one's metadata gains ``batch_id``.
+    """
+    on_success, on_failure, on_complete = stored
+    chosen = [on_failure if failed else on_success, on_complete]
+    out: list[JobInsertParams] = []
+    for obj in chosen:
+        if isinstance(obj, str):
+            import json
+
+            obj = json.loads(obj)
+        if not obj:
+            continue
+        meta = dict(obj.get("metadata") or {})
+        meta["batch_id"] = str(batch_id)
+        ttl = obj.get("ttl")
+        out.append(
+            JobInsertParams(
+                kind=obj["kind"],
+                queue=obj.get("queue") or "default",
+                priority=int(obj.get("priority") or 0),
+                max_attempts=int(obj.get("max_attempts") or 25),
+                args=obj.get("args") if obj.get("args") is not None else {},
+                metadata=meta,
+                tags=tuple(obj.get("tags") or ()),
+                unique_key=obj.get("unique_key"),
+                unique_finished=tuple(obj.get("unique_finished") or ()),
+                ordering_key=obj.get("ordering_key"),
+                partition_key=obj.get("partition_key"),
+                ttl=dt.timedelta(seconds=ttl) if ttl else None,
+                awaited=bool(obj.get("awaited")),
+            )
+        )
+    return out
+
+
+# -- queue controls (issue 4) -------------------------------------------------
+#
+# The seed's JobRetryOrderingKey, JobAge, QueuePause, QueueResume,
+# QueueSetLimits and Stats, plus the queue row the limited claim path locks.
+# Engines implement them in mixins (``engine/*/queues.py`` and
+# ``engine/*/stats.py``); the token bucket and the limited claim's arithmetic
+# are written once, in :mod:`django_hopper.engine.limits`.
+
+#: The metadata key that marks a running job of a woken ordering key: if its
+#: attempt ends in a snooze or a retry, the claim takes it at once.
+WAKE_MARKER = "_hopper_wake"
+
+
+@dataclass(slots=True, frozen=True)
+class JobRetryOrderingKeyParams:
+    queue: str
+    ordering_key: str
+    #: At most this many waiting (scheduled or retryable) jobs become available.
+    limit: int = 1000
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobAgeParams:
+    queue: str
+    #: Jobs claimable for longer than this gain one priority level.
+    after: dt.timedelta
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class QueueState:
+    """The queue row as the limited claim locked it, with the queue's running counts."""
+
+    limits: QueueLimits
+    paused: bool
+    #: The token bucket: tokens left at ``rate_refilled_at`` (None: never used, full).
+    rate_tokens: float | None
+    rate_refilled_at: dt.datetime | None
+    #: Running jobs of the queue across all clients.
+    running: int
+    #: The clock of the claim's transaction.
+    now: dt.datetime
+
+
+@dataclass(slots=True)
+class QueueStats:
+    available: int = 0
+    scheduled: int = 0
+    retryable: int = 0
+    running: int = 0
+    #: Age of the oldest job that could be claimed now, or zero.
+    oldest_available: dt.timedelta = dt.timedelta(0)
+    completed_last_minute: int = 0
+    paused: bool = False
+
+
+@dataclass(slots=True)
+class Stats:
+    queues: dict[str, QueueStats] = field(default_factory=dict)
+    #: Clients with an unexpired lease.
+    live_clients: int = 0
+    #: The leader's client ID, or None when the lease is free or expired.
+    leader: int | None = None
+    running_by_client: dict[int, int] = field(default_factory=dict)
+
+
+class QueueControlsContract:
+    """Ordering keys, pause, limits, aging and stats (seed semantics).
+
+    Ordinary methods, so that engines gain them through their mixins; an
+    engine without one raises NotImplementedError.
+    """
+
+    def job_retry_ordering_key(self, params: JobRetryOrderingKeyParams) -> int:
+        """Wake an ordering key: up to ``limit`` of its scheduled or retryable jobs
+        (oldest first, TTL not passed) become available now, keeping their TTL and
+        losing their snooze reason; return how many. A running job of the key is
+        marked (WAKE_MARKER) so that a snooze or retry of it is claimable at once.
+        Pending and finalized jobs are left alone."""
+        raise NotImplementedError
+
+    def job_age(self, params: JobAgeParams) -> int:
+        """Raise by one level (up to 100) the priority of the queue's jobs that have
+        been claimable for longer than ``after``; return how many."""
+        raise NotImplementedError
+
+    def queue_pause(self, name: str, now: dt.datetime | None = None) -> None:
+        """Stop every client claiming from a queue (creating its row if missing),
+        and signal them on CHANNEL_CONTROL."""
+        raise NotImplementedError
+
+    def queue_resume(self, name: str, now: dt.datetime | None = None) -> None:
+        """Undo queue_pause (creating the row if missing), and signal the clients."""
+        raise NotImplementedError
+
+    def queue_set_limits(self, limits: QueueLimits, now: dt.datetime | None = None) -> QueueRow:
+        """Set a queue's cluster-wide limits, creating the queue if needed; zero
+        removes a limit. Resets the rate limit's bucket. Signals the clients."""
+        raise NotImplementedError
+
+    def queue_get(self, name: str) -> QueueRow | None:
+        """Return one queue's row, or None if it is unknown."""
+        raise NotImplementedError
+
+    def stats(self, now: dt.datetime | None = None) -> Stats:
+        """Return queue depths and cluster state (seed ``Stats``)."""
         raise NotImplementedError

@@ -10,10 +10,22 @@ from __future__ import annotations
 from django_hopper.engine.base import EngineFeatures
 from django_hopper.engine.postgres.clients import ClientsMixin
 from django_hopper.engine.postgres.history import PostgresPeriodicHistoryMixin
+from django_hopper.engine.postgres.batches import BatchesMixin
 from django_hopper.engine.postgres.jobs import JobsMixin
+from django_hopper.engine.postgres.queues import QueuesMixin
+from django_hopper.engine.postgres.stats import StatsMixin
+from django_hopper.engine.postgres.workflows import WorkflowsMixin
 
 
-class PostgresEngine(JobsMixin, ClientsMixin, PostgresPeriodicHistoryMixin):
+class PostgresEngine(
+    QueuesMixin,
+    StatsMixin,
+    JobsMixin,
+    ClientsMixin,
+    PostgresPeriodicHistoryMixin,
+    BatchesMixin,
+    WorkflowsMixin,
+):
     """Hopper on PostgreSQL: SKIP LOCKED claims, COPY inserts, LISTEN/NOTIFY wake-ups."""
 
     vendor = "postgresql"

@@ -88,6 +88,7 @@ def job_from_row(r: Sequence[Any]) -> JobRow:
         progress=Progress.from_json(load_json(progress)) if progress is not None else None,
         finalized_at=r[29],
         output=load_json(r[30]),
+        step=r[28],
     )
 
 

@@ -8,6 +8,7 @@ so that a caller's surrounding transaction stays usable.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Sequence
@@ -44,6 +45,7 @@ from django_hopper.engine.base import (
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.convert import JOB_WIDTH, job_from_row
 from django_hopper.engine.postgres.support import QUERIES, PostgresSupport, db_errors
+from django_hopper.engine.postgres.workflows import attach_dependencies, jobs_finished
 from django_hopper.exceptions import (
     DatabaseError,
     InvalidJob,
@@ -296,9 +298,13 @@ class JobsMixin(PostgresSupport):
                 "client_id": params.client_id,
                 "limit": params.limit,
                 "now": params.now,
+                # The unlimited path; the limited one is QueuesMixin.job_claim (queues.py).
+                "scan": params.limit,
+                "partition_limit": 0,
+                "limited": False,
             },
         )
-        return JobClaimResult(jobs=[job_from_row(row) for row in rows])
+        return JobClaimResult(jobs=attach_dependencies(self, [job_from_row(row) for row in rows]))
 
     def job_schedule(self, params: JobScheduleParams) -> int:
         """Promote due scheduled and retryable jobs and wake their queues' workers."""
@@ -339,6 +345,9 @@ class JobsMixin(PostgresSupport):
             "has_dropped": any(f.state == "completed" and not f.archive for f in results),
             "trim_logs": keep_logs > 0 and any(f.log is not None for f in results),
             "keep_logs": keep_logs,
+            # Batch and workflow bookkeeping (issue 5); skipped when no job has a batch.
+            "batches": not params.no_batches,
+            "insert_channel": CHANNEL_INSERT,
         }
         rows = self._fetchall("job_finalize_many", values, sql=sql)
         return [JobFinalized(id=row[0], fence=row[1]) for row in rows]
@@ -430,6 +439,8 @@ class JobsMixin(PostgresSupport):
                     self.notify(CHANNEL_CONTROL, [payload])
                 elif job.awaited:
                     self.notify(CHANNEL_DONE, [str(job.id)])
+                if job.state != "running":
+                    jobs_finished(self, [job])
         if row is None:
             found = self.job_get(params.id)
             if found is None:
@@ -474,6 +485,9 @@ class JobsMixin(PostgresSupport):
             job = job_from_row(row) if row else None
             if job is not None and job.is_live and job.awaited:
                 self.notify(CHANNEL_DONE, [str(job.id)])
+            if job is not None and job.is_live:
+                # Deleted while waiting: counted as canceled, as JobCancel would.
+                jobs_finished(self, [dataclasses.replace(job, state="canceled")])
         if job is None:
             if self.job_get(params.id) is not None:
                 raise JobRunning(f"job {params.id} is running; cancel it first")
@@ -490,6 +504,7 @@ class JobsMixin(PostgresSupport):
             awaited = [str(job.id) for job in jobs if job.awaited]
             if awaited:
                 self.notify(CHANNEL_DONE, awaited)
+            jobs_finished(self, jobs)
         return jobs
 
     def job_rescue_candidates(self, params: JobRescueParams) -> list[RescueCandidate]:

@@ -159,6 +159,8 @@ def job_from_row(r: Sequence[Any]) -> JobRow:
         lease_expires_at=tm(r[26]),
         finalized_at=tm(r[28]) if history else None,
         output=_loads(output) if output is not None else None,
+        # A query that selects the step adds it after output (issue 5).
+        step=r[30] if len(r) > N_HISTORY else None,
     )
 
 

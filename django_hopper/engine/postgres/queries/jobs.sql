@@ -134,43 +134,123 @@ COPY hopper_job (id, kind, queue, state, priority, attempt, max_attempts, schedu
 FROM STDIN (FORMAT BINARY)
 
 -- name: job_claim
--- One statement. `due` locks scheduled/retryable jobs whose time has come
--- (index hopper_job_due), `avail` the best available ones (index
+-- One statement. `due` locks plain scheduled/retryable jobs whose time has come
+-- (index hopper_job_due), `avail` the best plain available ones (index
 -- hopper_job_claim); the best `limit` of both are claimed, and the due ones
--- not claimed are promoted to available. A paused queue yields nothing: the
--- uncorrelated NOT EXISTS is one primary-key probe, evaluated once, no lock.
-WITH due AS (
-    SELECT j.id, j.priority, j.scheduled_at, j.expires_at
+-- not claimed are promoted to available. A paused queue yields nothing (and,
+-- on the unlimited path, a queue with limits): the uncorrelated NOT EXISTS is
+-- one primary-key probe, evaluated once, no lock.
+-- Ordering keys (docs/queue-controls.md): only the head of a key (its oldest
+-- live job that is not pending) is a candidate, and only while no job of the
+-- key runs. `okeys` walks the distinct keys of the queue by a skip scan of
+-- hopper_job_ordering (one probe per key), `heads` takes each key's head (one
+-- probe), so the cost grows with the number of keys, never with the jobs
+-- waiting behind a head. A queue without ordering keys pays one probe.
+-- Partition limit (limited path): each candidate's rank in its partition plus
+-- the partition's running jobs must not pass %(partition_limit)s (0: none);
+-- the candidate CTEs read %(scan)s rows so that full partitions are skipped.
+WITH RECURSIVE
+gate AS (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM hopper_queue q
+        WHERE q.name = %(queue)s
+          AND (q.paused_at IS NOT NULL
+               OR (NOT %(limited)s AND (q.global_limit > 0 OR q.rate_per_sec > 0
+                                        OR q.partition_limit > 0)))) AS open
+),
+due AS (
+    SELECT j.id, j.priority, j.scheduled_at, j.expires_at, j.partition_key
     FROM hopper_job j
     WHERE j.queue = %(queue)s
       AND j.state IN ('scheduled', 'retryable')
       AND j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
-      AND NOT EXISTS (SELECT 1 FROM hopper_queue q
-                      WHERE q.name = %(queue)s AND q.paused_at IS NOT NULL)
+      AND j.ordering_key IS NULL
+      AND (SELECT open FROM gate)
     ORDER BY j.scheduled_at
-    LIMIT %(limit)s
+    LIMIT %(scan)s
     FOR UPDATE OF j SKIP LOCKED
 ),
 avail AS (
-    SELECT j.id, j.priority, j.scheduled_at
+    SELECT j.id, j.priority, j.scheduled_at, j.partition_key
     FROM hopper_job j
     WHERE j.queue = %(queue)s
       AND j.state = 'available'
       AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
-      AND NOT EXISTS (SELECT 1 FROM hopper_queue q
-                      WHERE q.name = %(queue)s AND q.paused_at IS NOT NULL)
+      AND j.ordering_key IS NULL
+      AND (SELECT open FROM gate)
     ORDER BY j.priority DESC, j.scheduled_at, j.id
-    LIMIT %(limit)s
+    LIMIT %(scan)s
     FOR UPDATE OF j SKIP LOCKED
 ),
+okeys AS (
+    (SELECT j.ordering_key AS k
+     FROM hopper_job j
+     WHERE j.queue = %(queue)s AND j.ordering_key IS NOT NULL AND (SELECT open FROM gate)
+     ORDER BY j.ordering_key
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.ordering_key
+            FROM hopper_job j
+            WHERE j.queue = %(queue)s AND j.ordering_key > o.k
+            ORDER BY j.ordering_key
+            LIMIT 1)
+    FROM okeys o
+    WHERE o.k IS NOT NULL
+),
+heads AS (
+    SELECT h.id
+    FROM okeys o
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.state
+        FROM hopper_job j
+        WHERE j.queue = %(queue)s AND j.ordering_key = o.k AND j.state <> 'pending'
+        ORDER BY j.id
+        LIMIT 1
+    ) h
+    WHERE o.k IS NOT NULL
+      AND h.state <> 'running'
+      AND o.k NOT IN (SELECT r.ordering_key FROM hopper_job r
+                      WHERE r.state = 'running' AND r.queue = %(queue)s
+                        AND r.ordering_key IS NOT NULL)
+),
+keyed AS (
+    SELECT j.id, j.priority, j.scheduled_at, j.partition_key
+    FROM heads h
+    JOIN hopper_job j ON j.id = h.id
+    WHERE (j.state = 'available'
+           OR (j.state IN ('scheduled', 'retryable')
+               AND (j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
+                    OR j.metadata ? '_hopper_wake')))
+      AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
+    ORDER BY j.priority DESC, j.scheduled_at, j.id
+    LIMIT %(scan)s
+    FOR UPDATE OF j SKIP LOCKED
+),
+partition_running AS (
+    SELECT r.partition_key, count(*) AS n
+    FROM hopper_job r
+    WHERE %(partition_limit)s > 0
+      AND r.state = 'running' AND r.queue = %(queue)s AND r.partition_key IS NOT NULL
+    GROUP BY r.partition_key
+),
 picked AS (
-    SELECT u.id FROM (
-        SELECT a.id, a.priority, a.scheduled_at FROM avail a
-        UNION ALL
-        SELECT d.id, d.priority, d.scheduled_at FROM due d
-        WHERE d.expires_at IS NULL OR d.expires_at > coalesce(%(now)s::timestamptz, now())
-    ) u
-    ORDER BY u.priority DESC, u.scheduled_at, u.id
+    SELECT c.id FROM (
+        SELECT u.id, u.priority, u.scheduled_at, u.partition_key,
+               row_number() OVER (PARTITION BY u.partition_key
+                                  ORDER BY u.priority DESC, u.scheduled_at, u.id) AS rank
+        FROM (
+            SELECT a.id, a.priority, a.scheduled_at, a.partition_key FROM avail a
+            UNION ALL
+            SELECT d.id, d.priority, d.scheduled_at, d.partition_key FROM due d
+            WHERE d.expires_at IS NULL OR d.expires_at > coalesce(%(now)s::timestamptz, now())
+            UNION ALL
+            SELECT k.id, k.priority, k.scheduled_at, k.partition_key FROM keyed k
+        ) u
+    ) c
+    LEFT JOIN partition_running pr ON pr.partition_key = c.partition_key
+    WHERE %(partition_limit)s <= 0 OR c.partition_key IS NULL
+       OR c.rank + coalesce(pr.n, 0) <= %(partition_limit)s
+    ORDER BY c.priority DESC, c.scheduled_at, c.id
     LIMIT %(limit)s
 ),
 promoted AS (
@@ -189,7 +269,9 @@ claimed AS (
         snooze_reason = NULL,
         lease_token = NULL,
         lease_expires_at = NULL,
-        lease_renewed_at = NULL
+        lease_renewed_at = NULL,
+        metadata = CASE WHEN j.ordering_key IS NOT NULL AND j.metadata ? '_hopper_wake'
+                        THEN j.metadata - '_hopper_wake' ELSE j.metadata END
     FROM picked p
     WHERE j.id = p.id
     RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
@@ -338,9 +420,58 @@ done AS (
     SELECT count(pg_notify(%(done_channel)s, g.id::text)) AS n
     FROM gone g
     WHERE g.awaited
+),
+-- Batches and workflows (issue 5), dropped by the planner when %(batches)s is
+-- false (JobFinalizeParams.no_batches): the batch's progress is appended, never
+-- written to the batch row; a job with dependents leaves its final state (and,
+-- for a reading dependent, its output); pending dependents whose dependencies
+-- have all left the live table, none failed on a failing edge, become
+-- claimable. Dependents that fail are left to workflow_promote_ready.
+batch_progress AS (
+    INSERT INTO hopper_batch_progress (batch_id, done, failed)
+    SELECT g.batch_id, count(*), count(*) FILTER (WHERE g.new_state <> 'completed')
+    FROM gone g
+    WHERE %(batches)s AND g.batch_id IS NOT NULL
+    GROUP BY g.batch_id
+),
+dependency_results AS (
+    INSERT INTO hopper_dependency_result (job_id, workflow_id, step, state, output,
+                                          finalized_at)
+    SELECT g.id, g.batch_id, g.step, g.new_state,
+           CASE WHEN EXISTS (SELECT 1 FROM hopper_job_dependency d
+                             WHERE d.depends_on = g.id AND d.reads)
+                THEN g.new_output::jsonb END,
+           c.now
+    FROM gone g CROSS JOIN clock c
+    WHERE %(batches)s AND g.batch_id IS NOT NULL
+      AND EXISTS (SELECT 1 FROM hopper_job_dependency d WHERE d.depends_on = g.id)
+    ON CONFLICT (job_id) DO UPDATE
+    SET state = EXCLUDED.state, output = EXCLUDED.output, finalized_at = EXCLUDED.finalized_at
+),
+dependents_promoted AS (
+    UPDATE hopper_job j
+    SET state = CASE WHEN j.scheduled_at > c.now THEN 'scheduled' ELSE 'available' END
+    FROM (SELECT DISTINCT d.job_id
+          FROM gone g JOIN hopper_job_dependency d ON d.depends_on = g.id
+          WHERE %(batches)s AND g.batch_id IS NOT NULL) x
+    CROSS JOIN clock c
+    WHERE j.id = x.job_id AND j.state = 'pending'
+      AND NOT EXISTS (SELECT 1 FROM hopper_job_dependency d
+                      JOIN hopper_job l ON l.id = d.depends_on
+                      WHERE d.job_id = j.id AND l.id NOT IN (SELECT g.id FROM gone g))
+      AND NOT EXISTS (SELECT 1 FROM hopper_job_dependency d
+                      LEFT JOIN gone g ON g.id = d.depends_on
+                      LEFT JOIN hopper_dependency_result r ON r.job_id = d.depends_on
+                      WHERE d.job_id = j.id AND d.on_failure <> 'run'
+                        AND coalesce(g.new_state, r.state, 'completed') <> 'completed')
+    RETURNING j.queue
+),
+dependents_woken AS (
+    SELECT count(pg_notify(%(insert_channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT p.queue FROM dependents_promoted p) q
 )
 SELECT m.id, m.fence
-FROM locked m CROSS JOIN done
+FROM locked m CROSS JOIN done CROSS JOIN dependents_woken
 ORDER BY m.ord
 
 -- name: job_record_progress

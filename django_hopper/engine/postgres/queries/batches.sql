@@ -1,0 +1,100 @@
+-- Batch queries of the PostgreSQL engine (issue 5).
+--
+-- Statements that finalize jobs never touch hopper_batch (that would serialize
+-- them on the batch row): they append hopper_batch_progress rows, which
+-- batch_settle folds in under the batch row's lock. Only the transaction whose
+-- fold brings `pending` to zero sets completed_at, so only it inserts callbacks.
+
+-- name: batch_insert
+INSERT INTO hopper_batch (id, name, is_workflow, total, pending, failed, completed_at,
+                          created_at, metadata, on_success, on_failure, on_complete)
+VALUES (%(id)s::uuid, %(name)s, %(is_workflow)s, %(total)s, %(total)s, 0, NULL,
+        coalesce(%(now)s::timestamptz, now()), %(metadata)s::jsonb, %(on_success)s::jsonb,
+        %(on_failure)s::jsonb, %(on_complete)s::jsonb)
+RETURNING created_at
+
+-- name: batch_settle
+-- Settle the named batches: lock each open one (waiting for a settle that holds
+-- it: settles are short), fold its progress rows
+-- and complete it when nothing is pending. Returns the batches folded.
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+target AS (
+    SELECT b.id FROM hopper_batch b
+    WHERE b.id = ANY (%(ids)s::uuid[]) AND b.completed_at IS NULL
+    ORDER BY b.id
+    FOR UPDATE
+),
+folded AS (
+    DELETE FROM hopper_batch_progress p USING target t
+    WHERE p.batch_id = t.id
+    RETURNING p.batch_id, p.done, p.failed
+),
+sums AS (
+    SELECT f.batch_id, sum(f.done) AS done, sum(f.failed) AS failed
+    FROM folded f GROUP BY f.batch_id
+),
+updated AS (
+    UPDATE hopper_batch b
+    SET pending = greatest(b.pending - coalesce(s.done, 0), 0),
+        failed = b.failed + coalesce(s.failed, 0),
+        completed_at = CASE WHEN b.pending - coalesce(s.done, 0) <= 0 THEN c.now END
+    FROM target t LEFT JOIN sums s ON s.batch_id = t.id CROSS JOIN clock c
+    WHERE b.id = t.id
+    RETURNING b.id, b.completed_at IS NOT NULL AS completed, b.failed, b.on_success,
+              b.on_failure, b.on_complete
+)
+SELECT * FROM updated ORDER BY id
+
+-- name: batch_settle.sweep
+-- The leader's sweep: open batches after %(after)s with progress (or nothing
+-- pending), skipping rows another settle holds.
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+target AS (
+    SELECT b.id FROM hopper_batch b
+    WHERE b.completed_at IS NULL
+      AND (%(after)s::uuid IS NULL OR b.id > %(after)s::uuid)
+      AND (b.pending = 0 OR EXISTS (SELECT 1 FROM hopper_batch_progress p
+                                    WHERE p.batch_id = b.id))
+    ORDER BY b.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+folded AS (
+    DELETE FROM hopper_batch_progress p USING target t
+    WHERE p.batch_id = t.id
+    RETURNING p.batch_id, p.done, p.failed
+),
+sums AS (
+    SELECT f.batch_id, sum(f.done) AS done, sum(f.failed) AS failed
+    FROM folded f GROUP BY f.batch_id
+),
+updated AS (
+    UPDATE hopper_batch b
+    SET pending = greatest(b.pending - coalesce(s.done, 0), 0),
+        failed = b.failed + coalesce(s.failed, 0),
+        completed_at = CASE WHEN b.pending - coalesce(s.done, 0) <= 0 THEN c.now END
+    FROM target t LEFT JOIN sums s ON s.batch_id = t.id CROSS JOIN clock c
+    WHERE b.id = t.id
+    RETURNING b.id, b.completed_at IS NOT NULL AS completed, b.failed, b.on_success,
+              b.on_failure, b.on_complete
+)
+SELECT * FROM updated ORDER BY id
+
+-- name: batch_settle.results
+-- Dependency results nobody will read again: their workflow completed or is gone.
+DELETE FROM hopper_dependency_result r
+WHERE r.job_id IN (
+    SELECT x.job_id FROM hopper_dependency_result x
+    WHERE NOT EXISTS (SELECT 1 FROM hopper_batch b
+                      WHERE b.id = x.workflow_id AND b.completed_at IS NULL)
+    LIMIT %(limit)s
+)
+
+-- name: batch_get
+-- The batch as last folded, with the progress not folded yet counted in.
+SELECT b.id, b.name, b.pending - coalesce(p.done, 0), b.failed + coalesce(p.failed, 0),
+       b.total, b.completed_at, b.created_at, b.metadata, b.is_workflow
+FROM hopper_batch b
+LEFT JOIN LATERAL (SELECT sum(x.done) AS done, sum(x.failed) AS failed
+                   FROM hopper_batch_progress x WHERE x.batch_id = b.id) p ON true
+WHERE b.id = %(id)s::uuid

@@ -1,0 +1,55 @@
+-- Stats of the PostgreSQL engine (issue 4).
+
+-- name: stats
+-- Per queue: depths by state, the oldest claimable job's age, completions in
+-- the last minute (history by finalized_at) and the pause. Queues known from
+-- their row, their live jobs or their recent completions.
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+live AS (
+    SELECT j.queue,
+           count(*) FILTER (WHERE j.state = 'available') AS available,
+           count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
+           count(*) FILTER (WHERE j.state = 'retryable') AS retryable,
+           count(*) FILTER (WHERE j.state = 'running') AS running,
+           min(j.scheduled_at) FILTER (
+               WHERE j.state IN ('available', 'scheduled', 'retryable')
+                 AND j.scheduled_at <= c.now
+                 AND (j.expires_at IS NULL OR j.expires_at > c.now)) AS oldest
+    FROM hopper_job j, clock c
+    GROUP BY j.queue
+),
+done AS (
+    SELECT h.queue, count(*) AS completed
+    FROM hopper_job_history h, clock c
+    WHERE h.finalized_at > c.now - interval '1 minute' AND h.finalized_at <= c.now
+      AND h.state = 'completed'
+    GROUP BY h.queue
+),
+names AS (
+    SELECT name AS queue FROM hopper_queue
+    UNION SELECT queue FROM live
+    UNION SELECT queue FROM done
+)
+SELECT n.queue,
+       coalesce(l.available, 0), coalesce(l.scheduled, 0), coalesce(l.retryable, 0),
+       coalesce(l.running, 0),
+       CASE WHEN l.oldest IS NULL THEN interval '0' ELSE greatest(c.now - l.oldest, interval '0') END,
+       coalesce(d.completed, 0),
+       coalesce(q.paused_at IS NOT NULL, false)
+FROM names n
+CROSS JOIN clock c
+LEFT JOIN live l ON l.queue = n.queue
+LEFT JOIN done d ON d.queue = n.queue
+LEFT JOIN hopper_queue q ON q.name = n.queue
+ORDER BY n.queue
+
+-- name: stats.cluster
+-- Live clients, the unexpired leader and running jobs per client.
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
+SELECT (SELECT count(*) FROM hopper_client cl, clock c WHERE cl.expires_at > c.now),
+       (SELECT l.client_id FROM hopper_leader l, clock c
+        WHERE l.name = 'default' AND l.expires_at > c.now),
+       coalesce((SELECT jsonb_object_agg(r.attempted_by::text, r.n)
+                 FROM (SELECT attempted_by, count(*) AS n FROM hopper_job
+                       WHERE state = 'running' AND attempted_by IS NOT NULL
+                       GROUP BY attempted_by) r), '{}'::jsonb)

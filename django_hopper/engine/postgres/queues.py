@@ -1,0 +1,163 @@
+"""Queue controls of the PostgreSQL engine: the limited claim, ordering keys,
+aging, pause, resume and limits (SQL in ``queries/queues.sql``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from django_hopper import validation
+from django_hopper.engine import limits as rules
+from django_hopper.engine.base import (
+    CHANNEL_CONTROL,
+    CHANNEL_INSERT,
+    JobAgeParams,
+    JobClaimParams,
+    JobClaimResult,
+    JobRetryOrderingKeyParams,
+    QueueControlsContract,
+    QueueLimits,
+    QueueRow,
+    QueueState,
+)
+from django_hopper.engine.postgres import convert
+from django_hopper.engine.postgres.convert import job_from_row
+from django_hopper.engine.postgres.jobs import JobsMixin
+from django_hopper.engine.postgres.support import db_errors
+from django_hopper.exceptions import InvalidJob
+
+
+def _positive_limit(value: object, field: str = "limit") -> int:
+    """Return a non-negative integer or raise InvalidJob naming ``field``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidJob(f"{field} must be a non-negative integer, not {value!r}", field=field)
+    return value
+
+
+class QueuesMixin(JobsMixin, QueueControlsContract):
+    """The queue-control half of the contract; listed first so its job_claim
+    routes limited claims before the unlimited path of JobsMixin."""
+
+    # -- the limited claim ----------------------------------------------------
+
+    def job_claim(self, params: JobClaimParams) -> JobClaimResult:
+        """Claim through the limited path when asked; otherwise the plain claim.
+
+        The limited path locks the queue row, so claims of one limited queue
+        serialize; the plan (global limit, token bucket, wait) comes from
+        :mod:`django_hopper.engine.limits`, the partition limit from the claim
+        statement, and the bucket is written back in the same transaction.
+        """
+        if not params.limited:
+            return super().job_claim(params)
+        if _positive_limit(params.limit) == 0:
+            return JobClaimResult(jobs=[])
+        queue = validation.queue_name(params.queue)
+        with db_errors(), self._atomic():
+            row = self._fetchone("job_claim.lock", {"queue": queue, "now": params.now})
+            state: QueueState | None = None
+            plan: rules.ClaimPlan | None = None
+            if row is None:  # no row, no limits: claim as the plain path would
+                want, partition_limit = params.limit, 0
+            else:
+                state = QueueState(
+                    limits=convert.queue_from_row((queue, None, None, *row[1:6])).limits,
+                    paused=bool(row[0]),
+                    rate_tokens=row[6],
+                    rate_refilled_at=row[7],
+                    running=int(row[8]),
+                    now=row[9],
+                )
+                plan = rules.plan_claim(state, params.limit)
+                if plan.limit == 0:
+                    return JobClaimResult(jobs=[], wait=plan.wait)
+                want, partition_limit = plan.limit, state.limits.partition_limit
+            rows = self._fetchall(
+                "job_claim",
+                {
+                    "queue": queue,
+                    "client_id": params.client_id,
+                    "limit": want,
+                    "now": params.now,
+                    "scan": rules.partition_scan(want, partition_limit),
+                    "partition_limit": partition_limit,
+                    "limited": True,
+                },
+            )
+            if state is not None and plan is not None and plan.tokens is not None:
+                self._execute(
+                    "job_claim.spend",
+                    {"queue": queue, "tokens": rules.spend(plan, len(rows)), "at": state.now},
+                )
+        return JobClaimResult(jobs=[job_from_row(r) for r in rows])
+
+    # -- ordering keys and aging ----------------------------------------------
+
+    def job_retry_ordering_key(self, params: JobRetryOrderingKeyParams) -> int:
+        """Wake an ordering key and tell the queue's workers when jobs became available."""
+        queue = validation.queue_name(params.queue)
+        key = validation.key(params.ordering_key, "ordering_key")
+        if key is None:
+            raise InvalidJob("ordering_key must be a non-empty string", field="ordering_key")
+        if _positive_limit(params.limit) == 0:
+            return 0
+        with db_errors(), self._atomic():
+            row = self._fetchone(
+                "job_retry_ordering_key",
+                {"queue": queue, "ordering_key": key, "limit": params.limit, "now": params.now},
+            )
+            woken = int(row[0]) if row else 0
+            if woken:
+                self.notify(CHANNEL_INSERT, [queue])
+        return woken
+
+    def job_age(self, params: JobAgeParams) -> int:
+        """Raise the priority of the queue's long-claimable jobs by one level."""
+        queue = validation.queue_name(params.queue)
+        after = validation.positive_duration(params.after, "after")
+        return self._execute("job_age", {"queue": queue, "after": after, "now": params.now})
+
+    # -- pause, resume, limits ------------------------------------------------
+
+    def _control(self, action: str, queue: str, **extra: object) -> None:
+        """Signal every client at commit (CHANNEL_CONTROL)."""
+        self.notify(CHANNEL_CONTROL, [json.dumps({"action": action, "queue": queue, **extra})])
+
+    def queue_pause(self, name: str, now: dt.datetime | None = None) -> None:
+        """Mark the queue paused (keeping an earlier pause time) and signal the clients."""
+        queue = validation.queue_name(name, "name")
+        with db_errors(), self._atomic():
+            self._execute("queue_pause", {"name": queue, "now": now})
+            self._control("pause", queue)
+
+    def queue_resume(self, name: str, now: dt.datetime | None = None) -> None:
+        """Clear the queue's pause and signal the clients."""
+        queue = validation.queue_name(name, "name")
+        with db_errors(), self._atomic():
+            self._execute("queue_resume", {"name": queue, "now": now})
+            self._control("resume", queue)
+
+    def queue_set_limits(self, limits: QueueLimits, now: dt.datetime | None = None) -> QueueRow:
+        """Store validated limits (zero removes one), reset the bucket, signal the clients."""
+        checked = rules.validate_limits(limits)
+        with db_errors(), self._atomic():
+            row = self._fetchone(
+                "queue_set_limits",
+                {
+                    "name": checked.name,
+                    "global_limit": checked.global_limit,
+                    "rate_per_sec": checked.rate_per_sec,
+                    "rate_burst": checked.rate_burst,
+                    "partition_limit": checked.partition_limit,
+                    "aging": checked.aging if checked.aging > dt.timedelta(0) else None,
+                    "now": now,
+                },
+            )
+            assert row is not None
+            self._control("limits", checked.name, limited=checked.limited)
+        return convert.queue_from_row(row)
+
+    def queue_get(self, name: str) -> QueueRow | None:
+        """Return one queue's row, or None."""
+        row = self._fetchone("queue_get", {"name": validation.queue_name(name, "name")})
+        return convert.queue_from_row(row) if row else None

@@ -1,0 +1,34 @@
+"""Stats of the PostgreSQL engine (SQL in ``queries/stats.sql``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django_hopper.engine.base import QueueControlsContract, QueueStats, Stats
+from django_hopper.engine.postgres.support import PostgresSupport, db_errors
+
+
+class StatsMixin(PostgresSupport, QueueControlsContract):
+    """The seed's Stats: queue depths and cluster state, read in one transaction."""
+
+    def stats(self, now: dt.datetime | None = None) -> Stats:
+        """Read per-queue depths, then the clients, the leader and running per client."""
+        with db_errors(), self._atomic():
+            queues = self._fetchall("stats", {"now": now})
+            cluster = self._fetchone("stats.cluster", {"now": now})
+        out = Stats()
+        for r in queues:
+            out.queues[r[0]] = QueueStats(
+                available=int(r[1]),
+                scheduled=int(r[2]),
+                retryable=int(r[3]),
+                running=int(r[4]),
+                oldest_available=r[5] or dt.timedelta(0),
+                completed_last_minute=int(r[6]),
+                paused=bool(r[7]),
+            )
+        if cluster is not None:
+            out.live_clients = int(cluster[0])
+            out.leader = int(cluster[1]) if cluster[1] is not None else None
+            out.running_by_client = {int(k): int(v) for k, v in (cluster[2] or {}).items()}
+        return out
