@@ -64,11 +64,11 @@ def categorize(frames: list[str]) -> str:
 
 #: (role, markers): a thread's role is the first whose marker appears in its stacks.
 ROLES: tuple[tuple[str, str], ...] = (
+    ("main (producer in --burst)", "Command.handle"),
     ("completer", "Completer._run"),
     ("notifier", "otifier"),
     ("heartbeat", "eartbeat"),
     ("asyncio loop", "Executor._run_loop"),
-    ("main (producer in --burst)", "Command.handle"),
     ("executor threads", "concurrent/futures/thread.py"),
     ("maintenance", "maintenance/"),
     ("producer", "Producer.run"),

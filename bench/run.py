@@ -355,7 +355,8 @@ class Suite:
             f"{processes} worker process(es), {n:,} jobs" + (", sampling RSS" if memory else "")
         )
         kids = Children([worker_command(burst=True) for _ in range(processes)], self.log)
-        cpu = kids.wait(tick=tick if memory else None)
+        # A burst worker that cannot claim retries forever: bound the wait by the work.
+        cpu = kids.wait(timeout=120 + n / 50, tick=tick if memory else None)
         wall = kids.ended - kids.started
         agg = JobHistory.objects.filter(queue="bench").aggregate(
             first=Min("attempted_at"), last=Max("finalized_at"), count=Count("id")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 RESULTS_DIR = BASE_DIR / "bench-results"
@@ -56,7 +57,7 @@ elif ENGINE == "sqlite":
 else:
     raise RuntimeError(f"BENCH_ENGINE must be postgres or sqlite, not {ENGINE!r}")
 
-HOPPER = {
+HOPPER: dict[str, Any] = {
     "QUEUES": {"bench": 10},
     "DEFAULT_QUEUE": "bench",
     "IMPORTS": ["bench.jobs"],

@@ -23,21 +23,43 @@ _LAZY = {
     "delete_job": "django_hopper.api",
     "list_jobs": "django_hopper.api",
     "job_logs": "django_hopper.api",
+    # queue controls
+    "pause_queue": "django_hopper.queues",
+    "resume_queue": "django_hopper.queues",
+    "set_queue_limits": "django_hopper.queues",
+    "list_queues": "django_hopper.queues",
+    "retry_ordering_key": "django_hopper.queues",
+    "stats": "django_hopper.queues",
+    # batches and workflows
+    "Batch": "django_hopper.batches",
+    "get_batch": "django_hopper.batches",
+    "Workflow": "django_hopper.workflows",
+    "get_workflow": "django_hopper.workflows",
 }
 
 # Spelled out (not derived from _LAZY) so that linters and type checkers read it.
 __all__ = [
+    "Batch",
     "JobFunction",
     "JobHandle",
+    "Workflow",
     "__version__",
     "cancel_job",
     "delete_job",
+    "get_batch",
     "get_job",
+    "get_workflow",
     "job",
     "job_logs",
     "list_jobs",
+    "list_queues",
+    "pause_queue",
     "resolve",
+    "resume_queue",
     "retry_job",
+    "retry_ordering_key",
+    "set_queue_limits",
+    "stats",
 ]
 
 if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
@@ -49,7 +71,17 @@ if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
         list_jobs,
         retry_job,
     )
+    from django_hopper.batches import Batch, get_batch
     from django_hopper.jobs import JobFunction, JobHandle, job, resolve
+    from django_hopper.queues import (
+        list_queues,
+        pause_queue,
+        resume_queue,
+        retry_ordering_key,
+        set_queue_limits,
+        stats,
+    )
+    from django_hopper.workflows import Workflow, get_workflow
 
 
 def __getattr__(name: str) -> Any:

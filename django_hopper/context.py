@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from django_hopper.exceptions import JobCanceled, JobFenced
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import JSON, BaseEngine, JobID, JobRow, Progress
+    from django_hopper.engine.base import (
+        JSON,
+        BaseEngine,
+        Dependency,
+        JobID,
+        JobRow,
+        Progress,
+    )
 
 
 class JobSnooze(Exception):
@@ -71,6 +78,31 @@ class JobContext:
     def lost(self) -> bool:
         """Return True once the attempt learned that it no longer owns the job."""
         return self._lost
+
+    # -- workflow dependencies (issue 5) --------------------------------------
+
+    @property
+    def dependencies(self) -> list[Dependency]:
+        """Return the finished dependencies this workflow step reads, by dependency ID.
+
+        Each has the dependency's ``id``, ``step``, final ``state`` and ``output``.
+        Empty for a job that reads none.
+        """
+        return list(self.job.dependencies or [])
+
+    def dependency_output(self, step: str) -> Any:
+        """Return the output of the dependency named ``step``.
+
+        Raises KeyError naming the steps this job reads when it reads no such step.
+        """
+        for dep in self.job.dependencies or []:
+            if dep.step == step:
+                return dep.output
+        names = [d.step or str(d.id) for d in self.job.dependencies or []]
+        raise KeyError(
+            f"job {self.job.id} reads no dependency named {step!r} (it reads {names}); "
+            "add it to reads=[...] in the workflow"
+        )
 
     # -- snooze -------------------------------------------------------------
 

@@ -75,6 +75,8 @@ class EnqueueOptions:
     tags: tuple[str, ...] = ()
     metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
     ttl: dt.timedelta | None = None
+    #: Announce the finalize on the done channel, so ``JobHandle.wait`` wakes at once.
+    awaited: bool = False
 
 
 class JobFunction(Generic[P, R]):
@@ -209,6 +211,7 @@ class JobFunction(Generic[P, R]):
         tags: Iterable[str] = _UNSET,
         metadata: Mapping[str, Any] = _UNSET,
         ttl: dt.timedelta | float | None = _UNSET,
+        awaited: bool = _UNSET,
     ) -> JobFunction[P, R]:
         """Return a copy that enqueues with other options; this one is unchanged.
 
@@ -255,6 +258,10 @@ class JobFunction(Generic[P, R]):
             opts["metadata"] = _check_metadata(metadata)
         if ttl is not _UNSET:
             opts["ttl"] = None if ttl is None else validation.positive_duration(ttl, "ttl")
+        if awaited is not _UNSET:
+            if not isinstance(awaited, bool):
+                raise InvalidJob(f"awaited must be True or False, not {awaited!r}", field="awaited")
+            opts["awaited"] = awaited
         return self._copy(fields, dataclasses.replace(self.options, **opts))
 
     def _copy(self, changes: dict[str, Any], options: EnqueueOptions) -> JobFunction[P, R]:
@@ -378,6 +385,7 @@ class JobFunction(Generic[P, R]):
             ordering_key=opts.ordering_key,
             partition_key=opts.partition_key,
             ttl=opts.ttl,
+            awaited=opts.awaited,
         )
 
     @staticmethod
@@ -492,6 +500,68 @@ class JobHandle:
     def state(self) -> str:
         """Return the job's current state (reads the database)."""
         return self.refresh().state
+
+    def wait(self, timeout: float | None = None, *, poll_interval: float = 0.5) -> JobRow:
+        """Block until the job finishes; return it completed, with its output.
+
+        Raises JobFailed (with ``.job``) if it ends canceled or discarded, and
+        TimeoutError after ``timeout`` seconds. A job enqueued with
+        ``.using(awaited=True)`` wakes the waiter through the done notification
+        where the engine has them (``features.supports_listen``); otherwise, and
+        as a fallback, the job is polled every ``poll_interval`` seconds. Works
+        from any process. Call it outside the enqueueing transaction, which
+        must commit before a worker can see the job.
+        """
+        import time
+
+        from django_hopper.engine.base import CHANNEL_DONE, Listener
+        from django_hopper.exceptions import HopperError, JobFailed, NotFound
+
+        engine = self._engine()
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        listener: Listener | None = None
+        if engine.features.supports_listen and self.job.awaited:
+            try:
+                listener = engine.listener()
+                listener.listen([CHANNEL_DONE])
+            except HopperError:
+                listener = None  # poll instead
+        try:
+            while True:
+                try:
+                    row = self.refresh()
+                except NotFound:
+                    raise NotFound(
+                        f"job {self.id} ({self.kind}) is gone: deleted, or completed without "
+                        "a history row (archive off)"
+                    ) from None
+                if row.finalized_at is not None:
+                    if row.state == "completed":
+                        return row
+                    error = row.errors[-1].error if row.errors else ""
+                    raise JobFailed(f"job {self.id} ({self.kind}) {row.state}: {error}", job=row)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"job {self.id} ({self.kind}) still {row.state}")
+                step = poll_interval if left is None else min(left, poll_interval)
+                if listener is not None:
+                    # The notification wakes us early; the poll is the fallback.
+                    listener.next(step * 10 if left is None else min(left, step * 10))
+                else:
+                    time.sleep(step)
+        finally:
+            if listener is not None:
+                listener.close()
+
+    async def await_result(
+        self, timeout: float | None = None, *, poll_interval: float = 0.5
+    ) -> JobRow:
+        """Async twin of ``wait`` (the wait runs in a worker thread)."""
+        from asgiref.sync import sync_to_async
+
+        return await sync_to_async(self.wait, thread_sensitive=False)(
+            timeout, poll_interval=poll_interval
+        )
 
 
 # ---------------------------------------------------------------------------

@@ -122,13 +122,15 @@ class Job(JobBase):
             ),
         ]
         indexes = [
-            # The claim: the best available jobs of a queue, in claim order.
+            # The claim: the best available jobs of a queue, in claim order. Jobs
+            # with an ordering key are claimed through their key's head instead
+            # (hopper_job_ordering), so they never sit in the plain claim's way.
             models.Index(
                 "queue",
                 models.F("priority").desc(),
                 "scheduled_at",
                 "id",
-                condition=Q(state="available"),
+                condition=Q(state="available", ordering_key__isnull=True),
                 name="hopper_job_claim",
             ),
             # Promotion of due scheduled / retryable jobs.

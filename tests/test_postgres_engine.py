@@ -105,7 +105,15 @@ def test_claim__plan_uses_the_partial_indexes(engine: BaseEngine, db_now: dt.dat
 
         cursor.execute(
             "EXPLAIN " + QUERIES["job_claim"],
-            {"queue": "default", "client_id": 1, "limit": 10, "now": db_now},
+            {
+                "queue": "default",
+                "client_id": 1,
+                "limit": 10,
+                "now": db_now,
+                "limited": False,
+                "partition_limit": 0,
+                "scan": 10,
+            },
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "hopper_job_claim" in plan

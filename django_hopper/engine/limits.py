@@ -72,7 +72,7 @@ def plan_claim(state: QueueState, want: int) -> ClaimPlan:
         allowed = min(allowed, max(0, limits.global_limit - state.running))
     tokens = refill(state)
     if tokens is not None:
-        whole = int(math.floor(tokens + _EPSILON))
+        whole = math.floor(tokens + _EPSILON)
         if whole <= 0:
             wait = dt.timedelta(seconds=(1.0 - tokens) / limits.rate_per_sec)
             return ClaimPlan(limit=0, tokens=tokens, wait=max(wait, dt.timedelta(milliseconds=1)))

@@ -22,7 +22,7 @@ from django_hopper.engine.base import (
 from django_hopper.retry import backoff
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine, RescueCandidate
+    from django_hopper.engine.base import BaseEngine, JobID, RescueCandidate
     from django_hopper.periodic_services import PeriodicEnqueuer
 
 logger = logging.getLogger("django_hopper.maintenance")
@@ -140,6 +140,43 @@ class ExpiredJobDiscarder(Service):
         return len(self.engine.job_discard_expired(JobDiscardExpiredParams(now=now)))
 
 
+class Ager(Service):
+    """Raise waiting jobs' priority in queues with ``aging``, once per aging interval.
+
+    A job claimable for longer than the queue's interval gains one level each
+    interval (up to 100), so low priorities cannot starve. The last run per
+    queue is kept by database time; a new leader ages at once, which at
+    worst gives one level early.
+    """
+
+    name = "age"
+
+    def __init__(self, engine: BaseEngine) -> None:
+        super().__init__(engine)
+        self.last: dict[str, dt.datetime] = {}
+
+    def run_once(self, now: dt.datetime | None = None) -> int:
+        """Age the queues whose interval has passed; return how many jobs were raised."""
+        from django_hopper.engine.base import JobAgeParams, QueueControlsContract
+
+        engine = self.engine
+        if not isinstance(engine, QueueControlsContract):
+            return 0
+        at = now or self.engine.now()
+        total = 0
+        for queue in self.engine.queue_list():
+            aging = queue.limits.aging
+            if aging <= dt.timedelta(0):
+                self.last.pop(queue.name, None)
+                continue
+            previous = self.last.get(queue.name)
+            if previous is not None and at - previous < aging:
+                continue
+            total += engine.job_age(JobAgeParams(queue=queue.name, after=aging, now=now))
+            self.last[queue.name] = at
+        return total
+
+
 class ClientPruner(Service):
     """Delete client leases that expired (after their jobs were rescued)."""
 
@@ -199,6 +236,48 @@ class HistoryRetentionService(Service):
 
         result = HistoryRetention(self.engine).run_once(now)
         return len(result.created) + len(result.dropped) + int(result.pruned)
+
+
+class WorkflowSweeper(Service):
+    """Promote workflow steps and settle batches that concurrent finalizes left behind.
+
+    The client that finalizes jobs promotes their dependents and settles their
+    batches itself; this sweep catches what a crash or a race between clients
+    left: one chunk of each per round, cursors kept between rounds.
+    """
+
+    name = "workflows"
+    interval = 1.0
+    #: Dependency results of finished workflows are pruned this often (seconds).
+    results_interval = 60.0
+
+    def __init__(self, engine: BaseEngine, chunk: int = 1000) -> None:
+        super().__init__(engine)
+        self.chunk = chunk
+        self._promote_after: JobID | None = None
+        self._settle_after: JobID | None = None
+        self._results_at = 0.0
+
+    def run_once(self, now: dt.datetime | None = None) -> int:
+        """Sweep one chunk of pending steps and of open batches; return rows changed."""
+        import time
+
+        from django_hopper.batches import contract
+        from django_hopper.engine.base import BatchSettleParams, WorkflowPromoteParams
+
+        engine = contract(self.engine)
+        promoted = engine.workflow_promote_ready(
+            WorkflowPromoteParams(after=self._promote_after, limit=self.chunk, now=now)
+        )
+        self._promote_after = promoted.last if promoted.scanned >= self.chunk else None
+        results = time.monotonic() - self._results_at >= self.results_interval
+        if results:
+            self._results_at = time.monotonic()
+        settled = engine.batch_settle(
+            BatchSettleParams(after=self._settle_after, limit=self.chunk, results=results, now=now)
+        )
+        self._settle_after = settled.last if settled.folded >= self.chunk else None
+        return promoted.promoted + promoted.failed + settled.completed
 
 
 class JobsUpkeepService(Service):
@@ -262,7 +341,9 @@ def default_services(
         Rescuer(engine),
         Scheduler(engine),
         ExpiredJobDiscarder(engine),
+        WorkflowSweeper(engine),
         ClientPruner(engine),
+        Ager(engine),
     ]
     if client_id is not None:
         services.append(Periodic(engine, client_id))

@@ -156,6 +156,13 @@ class Completer:
         )
         applied = {(f.id, f.fence) for f in self.engine.job_finalize_many(params)}
         self.flushes += 1
+        if not params.no_batches:
+            from django_hopper.batches import settle_finished
+
+            settle_finished(
+                self.engine,
+                [r.job for r in batch if (r.finalize.id, r.finalize.fence) in applied],
+            )
         for r in batch:
             log = job_logger(r.job, logger)
             if (r.finalize.id, r.finalize.fence) in applied:

@@ -439,6 +439,16 @@ class Worker:
             self.paused_queues.discard(q)
             if q in self.producers:
                 self.producers[q].wake.set()
+        elif action == "limits" and msg.get("queue"):
+            # Switch paths at once: an unlimited claim of a limited queue takes nothing.
+            q = str(msg["queue"])
+            if msg.get("limited"):
+                self.limited_queues.add(q)
+            else:
+                self.limited_queues.discard(q)
+            if q in self.producers:
+                self.producers[q].hold_until = 0.0
+                self.producers[q].wake.set()
         else:
             self.heartbeat.wake.set()
 
@@ -546,6 +556,8 @@ class Worker:
         self.register()
         if self.producers:
             self.engine.queue_ensure(list(self.producers))
+        # Learn paused and limited queues before the first claim, not a renewal later.
+        self.heartbeat.run_once()
         self.completer.start()
         if self.config.run_jobs:
             self.executor.start()

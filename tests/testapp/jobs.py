@@ -159,3 +159,44 @@ def rt_hold(context: Any, seconds: float = 1.0) -> str:
     time.sleep(seconds)
     _effect(context, "held")
     return "held"
+
+
+# ---------------------------------------------------------------------------
+# Workflow and batch test jobs (issue 5). Each records an Effect whose note is
+# "<step>" with its dependencies' outputs, so a test can check order and reads.
+
+
+@job(takes_context=True, max_attempts=50)
+def wf_step(context: Any, name: str, seconds: float = 0.0, fail: bool = False) -> dict[str, Any]:
+    """Record that step ``name`` ran (after its reads), then return a value naming it."""
+    import time
+
+    from django.db import transaction
+
+    from tests.testapp.models import Effect
+
+    if seconds:
+        time.sleep(seconds)
+    if fail:
+        raise RuntimeError(f"step {name} fails")
+    reads = sorted(d.output["name"] for d in context.dependencies if d.output)
+    with transaction.atomic():
+        Effect.objects.create(job_id=context.job_id, fence=context.job.fence, note=name)
+    return {"name": name, "reads": reads}
+
+
+@job(takes_context=True, max_attempts=1)
+def wf_fail(context: Any, name: str) -> None:
+    """Fail at once and for good: the job ends discarded."""
+    raise RuntimeError(f"step {name} fails")
+
+
+@job(takes_context=True, max_attempts=50)
+def wf_callback(context: Any, which: str) -> str:
+    """A batch or workflow callback: record it with the batch ID from its metadata."""
+    from tests.testapp.models import Effect
+
+    batch_id = context.metadata.get("batch_id", "")
+    note = f"{which}:{batch_id}"
+    Effect.objects.create(job_id=context.job_id, fence=context.job.fence, note=note)
+    return which

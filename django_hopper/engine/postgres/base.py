@@ -8,9 +8,9 @@ in ``queries/*.sql``.
 from __future__ import annotations
 
 from django_hopper.engine.base import EngineFeatures
+from django_hopper.engine.postgres.batches import BatchesMixin
 from django_hopper.engine.postgres.clients import ClientsMixin
 from django_hopper.engine.postgres.history import PostgresPeriodicHistoryMixin
-from django_hopper.engine.postgres.batches import BatchesMixin
 from django_hopper.engine.postgres.jobs import JobsMixin
 from django_hopper.engine.postgres.queues import QueuesMixin
 from django_hopper.engine.postgres.stats import StatsMixin

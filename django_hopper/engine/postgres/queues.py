@@ -24,6 +24,7 @@ from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.convert import job_from_row
 from django_hopper.engine.postgres.jobs import JobsMixin
 from django_hopper.engine.postgres.support import db_errors
+from django_hopper.engine.postgres.workflows import attach_dependencies
 from django_hopper.exceptions import InvalidJob
 
 
@@ -65,8 +66,8 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
                     paused=bool(row[0]),
                     rate_tokens=row[6],
                     rate_refilled_at=row[7],
-                    running=int(row[8]),
-                    now=row[9],
+                    running=int(self._fetchone("job_claim.running", {"queue": queue})[0]),  # type: ignore[index]
+                    now=row[8],
                 )
                 plan = rules.plan_claim(state, params.limit)
                 if plan.limit == 0:
@@ -89,7 +90,7 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
                     "job_claim.spend",
                     {"queue": queue, "tokens": rules.spend(plan, len(rows)), "at": state.now},
                 )
-        return JobClaimResult(jobs=[job_from_row(r) for r in rows])
+        return JobClaimResult(jobs=attach_dependencies(self, [job_from_row(r) for r in rows]))
 
     # -- ordering keys and aging ----------------------------------------------
 

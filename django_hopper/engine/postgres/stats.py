@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from django_hopper.engine.base import QueueControlsContract, QueueStats, Stats
+from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.support import PostgresSupport, db_errors
 
 
@@ -30,5 +31,7 @@ class StatsMixin(PostgresSupport, QueueControlsContract):
         if cluster is not None:
             out.live_clients = int(cluster[0])
             out.leader = int(cluster[1]) if cluster[1] is not None else None
-            out.running_by_client = {int(k): int(v) for k, v in (cluster[2] or {}).items()}
+            out.running_by_client = {
+                int(k): int(v) for k, v in (convert.load_json(cluster[2]) or {}).items()
+            }
         return out

@@ -171,7 +171,9 @@ def jobs_finished(engine: PostgresSupport, jobs: Sequence[JobRow]) -> None:
             "now": None,
         },
     )
-    promoted = wf.workflow_promote_ready(WorkflowPromoteParams(depends_on=tuple(j.id for j in done)))
+    promoted = wf.workflow_promote_ready(
+        WorkflowPromoteParams(depends_on=tuple(j.id for j in done))
+    )
     batches = {j.batch_id for j in done if j.batch_id is not None} | set(promoted.batches)
     wf.batch_settle(BatchSettleParams(ids=tuple(sorted(batches))))
 

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from django_hopper.engine.base import EngineFeatures
+from django_hopper.engine.sqlite.batches import BatchesMixin
 from django_hopper.engine.sqlite.clients import ClientsMixin
 from django_hopper.engine.sqlite.history import SQLitePeriodicHistoryMixin
 from django_hopper.engine.sqlite.jobs import JobsMixin
+from django_hopper.engine.sqlite.queues import QueuesMixin
+from django_hopper.engine.sqlite.stats import StatsMixin
+from django_hopper.engine.sqlite.workflows import WorkflowsMixin
 
 
-class SQLiteEngine(JobsMixin, ClientsMixin, SQLitePeriodicHistoryMixin):
+class SQLiteEngine(
+    QueuesMixin,
+    StatsMixin,
+    JobsMixin,
+    ClientsMixin,
+    SQLitePeriodicHistoryMixin,
+    BatchesMixin,
+    WorkflowsMixin,
+):
     """The embedded engine: polling for wake-ups, a single writer for exclusivity.
 
     Every method runs on the Django connection of the engine's alias, so inside

@@ -283,13 +283,20 @@ class JobsMixin(SQLiteSupport):
             "now": now_s,
             "client_id": params.client_id,
             "limit": params.limit,
+            # The unlimited path; the limited one is QueuesMixin.job_claim (queues.py).
+            "scan": params.limit,
+            "partition_limit": 0,
+            "limited": False,
         }
-        # ``limited`` (queue limits, issue 4) is not applied yet, as on PostgreSQL.
         with self._atomic(), self._cursor() as c:
             c.execute(Q["job_claim.promote"], args)
             c.execute(Q["job_claim"], args)
             jobs = [job_from_row(r) for r in c.fetchall()]
         jobs.sort(key=_claim_key)
+        if any(j.batch_id is not None for j in jobs):
+            from django_hopper.engine.sqlite.workflows import attach_dependencies
+
+            jobs = attach_dependencies(self, jobs)
         return JobClaimResult(jobs=jobs)
 
     @translate_errors
@@ -375,10 +382,15 @@ class JobsMixin(SQLiteSupport):
         logs: list[list[Any]] = []
         dropped: list[str] = []
         done: list[str] = []
-        for job_id, fence, attempt, awaited in gone:
+        finished: list[list[Any]] = []  # batch and workflow jobs (issue 5)
+        for job_id, fence, attempt, awaited, batch_id, step in gone:
             key = (job_id, fence)
             applied.add(key)
             f = by_key[key]
+            if batch_id is not None and not params.no_batches:
+                state = f.state if f.state in _FINAL else "canceled"  # cancel wins
+                output = dumps(f.output, "output") if f.output is not None else None
+                finished.append([job_id, batch_id, step, state, output])
             if f.state == "completed" and not f.archive:
                 dropped.append(job_id)
             elif awaited:
@@ -402,6 +414,11 @@ class JobsMixin(SQLiteSupport):
             if params.keep_logs > 0:
                 ids = json.dumps(sorted({entry[0] for entry in logs}))
                 c.execute(Q["job_finalize_many.log_keep"], {"ids": ids, "keep": params.keep_logs})
+        if finished:
+            # One writer: record, promote dependents and settle batches right here.
+            from django_hopper.engine.sqlite.workflows import jobs_finished
+
+            jobs_finished(self, c, finished, params.now)
         if done:
             self.notify(CHANNEL_DONE, done)
         return [JobFinalized(id=f.id, fence=f.fence) for key, f in by_key.items() if key in applied]
@@ -521,7 +538,8 @@ class JobsMixin(SQLiteSupport):
         requested = False
         with self._atomic(), self._cursor() as c:
             c.execute(Q["job_cancel"], args)
-            if c.rowcount:
+            moved = bool(c.rowcount)
+            if moved:
                 c.execute(Q["job_cancel.delete"], args)
                 awaited = [r[0] for r in c.fetchall()]
                 if awaited and awaited[0]:
@@ -531,6 +549,10 @@ class JobsMixin(SQLiteSupport):
                 requested = bool(c.rowcount)
             c.execute(Q["job_get"], {"id": params.id.hex})
             row = c.fetchone()
+            if moved and row is not None and row[18] is not None:
+                from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
+
+                jobs_finished(self, c, finished_of([job_from_row(row)]), params.now)
         if row is None:
             raise NotFound(f"job {params.id} does not exist")
         if requested:
@@ -592,6 +614,13 @@ class JobsMixin(SQLiteSupport):
                     problem = NotFound(f"job {params.id} does not exist")
             else:
                 c.execute(Q["job_delete.logs"], args)
+                if row[18] is not None and row[28] is None:
+                    # Deleted while waiting: counted as canceled, as job_cancel would.
+                    from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
+
+                    waiting = job_from_row(row)
+                    waiting.state = "canceled"
+                    jobs_finished(self, c, finished_of([waiting]), None)
         if problem is not None:
             raise problem
         job = job_from_row(row)
@@ -613,6 +642,11 @@ class JobsMixin(SQLiteSupport):
                 c.execute(
                     Q["job_discard_expired.delete"], {"ids": json.dumps([r[0] for r in rows])}
                 )
+                if any(r[18] is not None for r in rows):
+                    from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
+
+                    expired = [job_from_row(r) for r in rows]
+                    jobs_finished(self, c, finished_of(expired), params.now)
         jobs = [job_from_row(r) for r in rows]
         jobs.sort(key=lambda j: (j.expires_at, j.id))
         done = [str(j.id) for j in jobs if j.awaited]

@@ -3,15 +3,20 @@
 
 -- name: job_claim.lock
 -- The limited claim's first statement: lock the queue row (claims of a limited
--- queue serialize here) and read its limits, its token bucket, its running
--- jobs across all clients (index hopper_job_state) and the clock.
+-- queue serialize here) and read its limits, its token bucket and the clock.
+-- The running count is a statement of its own: a subquery here would read the
+-- snapshot taken before the lock wait, missing the claims of the holder.
 SELECT q.paused_at IS NOT NULL, q.global_limit, q.rate_per_sec, q.rate_burst,
        q.partition_limit, q.aging, q.rate_tokens, q.rate_refilled_at,
-       (SELECT count(*) FROM hopper_job j WHERE j.state = 'running' AND j.queue = q.name),
        coalesce(%(now)s::timestamptz, now())
 FROM hopper_queue q
 WHERE q.name = %(queue)s
 FOR UPDATE OF q
+
+-- name: job_claim.running
+-- Running jobs of the queue across all clients (index hopper_job_state), read
+-- after the lock so that every earlier limited claim is visible.
+SELECT count(*) FROM hopper_job WHERE state = 'running' AND queue = %(queue)s
 
 -- name: job_claim.spend
 -- The limited claim's last statement: store the bucket as the claim left it.

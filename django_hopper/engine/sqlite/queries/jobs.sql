@@ -92,9 +92,79 @@ WHERE queue = %(queue)s
   AND scheduled_at <= %(now)s;
 
 -- name: job_claim
--- The claim itself: the best claimable jobs of the queue, unless it is paused. One
--- writer at a time, so no other claim can take the same rows. RETURNING order is not
--- claim order: the engine sorts.
+-- The claim itself: the best claimable jobs of the queue, unless it is paused (or,
+-- on the unlimited path, limited). One writer at a time, so no other claim can take
+-- the same rows. RETURNING order is not claim order: the engine sorts.
+-- Ordering keys (docs/queue-controls.md): only the head of a key (its oldest live
+-- job that is not pending) is a candidate, and only while no job of the key runs;
+-- `okeys` walks the distinct keys by a skip scan of hopper_job_ordering and `heads`
+-- probes each key once, so the cost grows with the keys, not the jobs behind a head.
+-- Partition limit (limited path): a candidate's rank in its partition plus the
+-- partition's running jobs must not pass %(partition_limit)s (0: none).
+WITH RECURSIVE
+gate(open) AS (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM hopper_queue
+        WHERE name = %(queue)s
+          AND (paused_at IS NOT NULL
+               OR (NOT %(limited)s AND (global_limit > 0 OR rate_per_sec > 0
+                                        OR partition_limit > 0))))),
+okeys(k) AS (
+    SELECT (SELECT ordering_key FROM hopper_job
+            WHERE queue = %(queue)s AND ordering_key IS NOT NULL
+            ORDER BY ordering_key LIMIT 1)
+    WHERE (SELECT open FROM gate)
+    UNION ALL
+    SELECT (SELECT ordering_key FROM hopper_job
+            WHERE queue = %(queue)s AND ordering_key > okeys.k
+            ORDER BY ordering_key LIMIT 1)
+    FROM okeys
+    WHERE okeys.k IS NOT NULL),
+heads(id) AS (
+    SELECT (SELECT id FROM hopper_job
+            WHERE queue = %(queue)s AND ordering_key = okeys.k AND state <> 'pending'
+            ORDER BY id LIMIT 1)
+    FROM okeys
+    WHERE okeys.k IS NOT NULL
+      AND okeys.k NOT IN (SELECT ordering_key FROM hopper_job
+                          WHERE state = 'running' AND queue = %(queue)s
+                            AND ordering_key IS NOT NULL)),
+cand AS (
+    SELECT * FROM (
+        SELECT id, priority, scheduled_at, partition_key
+        FROM hopper_job
+        WHERE queue = %(queue)s
+          AND state = 'available'
+          AND ordering_key IS NULL
+          AND (expires_at IS NULL OR expires_at > %(now)s)
+          AND (SELECT open FROM gate)
+        ORDER BY priority DESC, scheduled_at, id
+        LIMIT %(scan)s)
+    UNION ALL
+    SELECT * FROM (
+        SELECT j.id, j.priority, j.scheduled_at, j.partition_key
+        FROM heads h
+        JOIN hopper_job j ON j.id = h.id
+        WHERE (j.state = 'available'
+               OR (j.state IN ('scheduled', 'retryable')
+                   AND (j.scheduled_at <= %(now)s
+                        OR json_extract(j.metadata, '$._hopper_wake') IS NOT NULL)))
+          AND (j.expires_at IS NULL OR j.expires_at > %(now)s)
+        ORDER BY j.priority DESC, j.scheduled_at, j.id
+        LIMIT %(scan)s)),
+ranked AS (
+    SELECT c.*, row_number() OVER (PARTITION BY c.partition_key
+                                   ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rnk
+    FROM cand c),
+picked AS (
+    SELECT r.id
+    FROM ranked r
+    WHERE %(partition_limit)s <= 0 OR r.partition_key IS NULL
+       OR r.rnk + (SELECT count(*) FROM hopper_job x
+                   WHERE x.state = 'running' AND x.queue = %(queue)s
+                     AND x.partition_key = r.partition_key) <= %(partition_limit)s
+    ORDER BY r.priority DESC, r.scheduled_at, r.id
+    LIMIT %(limit)s)
 UPDATE hopper_job
 SET state = 'running',
     attempt = attempt + 1,
@@ -104,17 +174,11 @@ SET state = 'running',
     snooze_reason = NULL,
     lease_token = NULL,
     lease_expires_at = NULL,
-    lease_renewed_at = NULL
-WHERE id IN (
-        SELECT id
-        FROM hopper_job
-        WHERE queue = %(queue)s
-          AND state = 'available'
-          AND (expires_at IS NULL OR expires_at > %(now)s)
-        ORDER BY priority DESC, scheduled_at, id
-        LIMIT %(limit)s)
-  AND NOT EXISTS (
-        SELECT 1 FROM hopper_queue WHERE name = %(queue)s AND paused_at IS NOT NULL)
+    lease_renewed_at = NULL,
+    metadata = CASE WHEN ordering_key IS NOT NULL
+                         AND json_extract(metadata, '$._hopper_wake') IS NOT NULL
+                    THEN json_remove(metadata, '$._hopper_wake') ELSE metadata END
+WHERE id IN (SELECT id FROM picked)
 RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
           attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
           tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
@@ -151,7 +215,7 @@ INSERT INTO hopper_job_history (
     id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
     attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
     tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output)
+    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step)
 SELECT j.id, j.kind, j.queue,
        CASE WHEN r.state IN ('completed', 'canceled', 'discarded') THEN r.state
             ELSE 'canceled' END,
@@ -161,7 +225,7 @@ SELECT j.id, j.kind, j.queue,
             ELSE json_insert(j.errors, '$[#]', json(r.error)) END,
        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
        j.cancel_requested_at, j.awaited, j.created_at, NULL, j.progress, NULL, NULL, NULL,
-       %(now)s, r.output
+       %(now)s, r.output, j.step
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS fence,
              json_extract(value, '$[2]') AS client, json_extract(value, '$[3]') AS lease,
              json_extract(value, '$[4]') AS state, json_extract(value, '$[8]') AS error,
@@ -193,7 +257,7 @@ WHERE id IN (
                ELSE j.lease_token = r.lease END
       AND (r.state IN ('completed', 'canceled', 'discarded')
            OR j.cancel_requested_at IS NOT NULL))
-RETURNING id, fence, attempt, awaited;
+RETURNING id, fence, attempt, awaited, batch_id, step;
 
 -- name: job_finalize_many.live
 -- Retryable and scheduled results: the job waits again, a snooze giving the attempt back.
@@ -289,14 +353,14 @@ SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, at
        attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
        tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
        progress, lease_token, lease_expires_at, lease_renewed_at,
-       NULL AS finalized_at, NULL AS output
+       NULL AS finalized_at, NULL AS output, step
 FROM hopper_job
 WHERE id = %(id)s
 UNION ALL
 SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
        attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
        tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-       progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output
+       progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step
 FROM hopper_job_history
 WHERE id = %(id)s
 ORDER BY finalized_at
@@ -414,14 +478,14 @@ INSERT INTO hopper_job_history (
     id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
     attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
     tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output)
+    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step)
 SELECT id, kind, queue, 'canceled', priority, attempt, max_attempts, scheduled_at,
        attempted_at, attempted_by, fence, args, metadata,
        json_insert(errors, '$[#]', json_object('at', %(at)s, 'attempt', attempt,
                                                'error', 'canceled', 'rescue', 'canceled')),
        unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
        cancel_requested_at, awaited, created_at, NULL, progress, NULL, NULL, NULL,
-       %(now)s, NULL
+       %(now)s, NULL, step
 FROM hopper_job
 WHERE id = %(id)s AND state IN ('pending', 'available', 'scheduled', 'retryable');
 
@@ -443,13 +507,13 @@ INSERT INTO hopper_job (
     id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
     attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
     tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-    progress, lease_token, lease_expires_at, lease_renewed_at)
+    progress, lease_token, lease_expires_at, lease_renewed_at, step)
 SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
        CASE WHEN h.attempt >= h.max_attempts THEN h.attempt + 1 ELSE h.max_attempts END,
        %(now)s, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
        h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, NULL, NULL,
        h.awaited, h.created_at, NULL,
-       CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL
+       CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step
 FROM hopper_job_history AS h
 WHERE h.id = %(id)s
   AND NOT EXISTS (
@@ -478,7 +542,7 @@ WHERE id = %(id)s AND state <> 'running'
 RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
           attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
           tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-          progress, lease_token, lease_expires_at, lease_renewed_at;
+          progress, lease_token, lease_expires_at, lease_renewed_at, NULL, NULL, step;
 
 -- name: job_delete.history
 DELETE FROM hopper_job_history
@@ -502,7 +566,7 @@ INSERT INTO hopper_job_history (
     id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
     attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
     tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output)
+    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step)
 SELECT id, kind, queue, 'discarded', priority, attempt, max_attempts, scheduled_at,
        attempted_at, attempted_by, fence, args, metadata,
        json_insert(errors, '$[#]', json_object('at', %(at)s, 'attempt', attempt,
@@ -510,7 +574,7 @@ SELECT id, kind, queue, 'discarded', priority, attempt, max_attempts, scheduled_
                                                'rescue', 'ttl_expired')),
        unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
        cancel_requested_at, awaited, created_at, NULL, progress, NULL, NULL, NULL,
-       %(now)s, NULL
+       %(now)s, NULL, step
 FROM hopper_job
 WHERE id IN (
     SELECT id
@@ -522,7 +586,7 @@ WHERE id IN (
 RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
           attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
           tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-          progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output;
+          progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step;
 
 -- name: job_discard_expired.delete
 DELETE FROM hopper_job

@@ -1,0 +1,186 @@
+"""Batches: a group of jobs with callbacks that run once the last one finishes.
+
+::
+
+    batch = Batch(metadata={"import": 42})
+    for page in pages:
+        batch.add(fetch_page, page)
+    batch.on_success(notify, "all pages fetched")
+    batch.on_failure(alert, "some pages failed")
+    handle = batch.enqueue()        # atomically, inside the caller's transaction
+    handle.refresh().pending
+
+A job's finish is recorded by the statement that finalizes it; the worker that
+finalized it settles the batch right after, and the leader sweeps the rest, so
+each callback is inserted exactly once, whichever jobs finish last and together.
+Each callback's metadata carries ``batch_id``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from django_hopper.exceptions import InvalidJob, NotFound
+
+if TYPE_CHECKING:
+    from django_hopper.engine.base import (
+        BaseEngine,
+        BatchRow,
+        BatchWorkflowContract,
+        JobInsertParams,
+        JobRow,
+    )
+    from django_hopper.jobs import JobFunction, JobHandle
+
+logger = logging.getLogger("django_hopper.batches")
+
+__all__ = ["Batch", "BatchHandle", "get_batch", "settle_finished"]
+
+
+def contract(engine: BaseEngine) -> BatchWorkflowContract:
+    """Return the engine as the batch and workflow contract every engine implements."""
+    return cast("BatchWorkflowContract", engine)
+
+
+def call_params(
+    fn: JobFunction[Any, Any] | str, args: Sequence[Any], kwargs: Mapping[str, Any], field: str
+) -> JobInsertParams:
+    """Return the checked insert params of one call of a job function (or its kind)."""
+    from django_hopper.jobs import JobFunction, resolve
+
+    if isinstance(fn, str):
+        fn = resolve(fn)
+    if not isinstance(fn, JobFunction):
+        raise InvalidJob(
+            f"{field} must be a @job function (or its .using(...) copy), not {fn!r}", field=field
+        )
+    return fn.insert_params(args, kwargs, field=f"{field}.")
+
+
+class BatchHandle:
+    """What ``Batch.enqueue`` returns: the batch's ID and its jobs' handles."""
+
+    def __init__(self, id: uuid.UUID, jobs: list[JobHandle], alias: str | None = None) -> None:
+        self.id = id
+        self.jobs = jobs
+        self._alias = alias
+
+    def refresh(self) -> BatchRow:
+        """Read the batch's progress (pending, failed, completed_at)."""
+        return get_batch(self.id, alias=self._alias)
+
+    def __repr__(self) -> str:
+        return f"<BatchHandle {self.id} ({len(self.jobs)} jobs)>"
+
+
+class Batch:
+    """A batch of jobs under construction; nothing is written before ``enqueue``."""
+
+    def __init__(self, *, metadata: Mapping[str, Any] | None = None) -> None:
+        self.metadata = dict(metadata or {})
+        self._calls: list[JobInsertParams] = []
+        self._callbacks: dict[str, JobInsertParams] = {}
+
+    def add(self, fn: JobFunction[Any, Any] | str, /, *args: Any, **kwargs: Any) -> None:
+        """Add one job (checked now, written at ``enqueue``)."""
+        params = call_params(fn, args, kwargs, f"jobs[{len(self._calls)}]")
+        if params.unique_key is not None:
+            raise InvalidJob(
+                "batch jobs cannot have a unique key: a skipped duplicate would never "
+                "finish the batch",
+                field="unique_key",
+            )
+        self._calls.append(params)
+
+    def add_many(self, fn: JobFunction[Any, Any] | str, items: Iterable[Mapping[str, Any]]) -> None:
+        """Add one job per dict of keyword arguments."""
+        for kwargs in items:
+            self.add(fn, **kwargs)
+
+    def _callback(self, which: str, fn: JobFunction[Any, Any] | str, args: Any, kw: Any) -> None:
+        self._callbacks[which] = call_params(fn, args, kw, which)
+
+    def on_success(self, fn: JobFunction[Any, Any] | str, /, *args: Any, **kwargs: Any) -> None:
+        """Run ``fn`` once every job completed (none canceled or discarded)."""
+        self._callback("on_success", fn, args, kwargs)
+
+    def on_failure(self, fn: JobFunction[Any, Any] | str, /, *args: Any, **kwargs: Any) -> None:
+        """Run ``fn`` once every job finished and at least one was canceled or discarded."""
+        self._callback("on_failure", fn, args, kwargs)
+
+    def on_complete(self, fn: JobFunction[Any, Any] | str, /, *args: Any, **kwargs: Any) -> None:
+        """Run ``fn`` once every job finished, whatever their outcome."""
+        self._callback("on_complete", fn, args, kwargs)
+
+    def enqueue(self) -> BatchHandle:
+        """Write the batch and its jobs atomically (inside the caller's transaction)."""
+        import dataclasses
+
+        from django.db import transaction
+
+        from django_hopper.engine import get_engine
+        from django_hopper.engine.base import BatchInsertParams, JobInsertOpts
+        from django_hopper.jobs import JobHandle
+        from django_hopper.validation import json_normalize
+
+        if not self._calls:
+            raise InvalidJob("a batch needs at least one job", field="jobs")
+        metadata = json_normalize(self.metadata, "metadata")
+        engine = get_engine()
+        with transaction.atomic(using=engine.alias):
+            batch_id = contract(engine).batch_insert(
+                BatchInsertParams(
+                    total=len(self._calls),
+                    on_success=self._callbacks.get("on_success"),
+                    on_failure=self._callbacks.get("on_failure"),
+                    on_complete=self._callbacks.get("on_complete"),
+                    metadata=metadata,
+                )
+            )
+            params = [dataclasses.replace(p, batch_id=batch_id) for p in self._calls]
+            results = engine.job_insert_many(params, JobInsertOpts(notify=True))
+        handles = [JobHandle(r.job, alias=engine.alias) for r in results]
+        return BatchHandle(batch_id, handles, alias=engine.alias)
+
+
+def get_batch(batch_id: uuid.UUID | str, *, alias: str | None = None) -> BatchRow:
+    """Return a batch's progress; raise NotFound if there is none."""
+    from django_hopper.api import parse_job_id
+    from django_hopper.engine import get_engine
+
+    bid = parse_job_id(batch_id, "batch_id")
+    row = contract(get_engine(alias)).batch_get(bid)
+    if row is None:
+        raise NotFound(f"batch {bid} does not exist")
+    return row
+
+
+def settle_finished(engine: BaseEngine, jobs: Sequence[JobRow]) -> None:
+    """Promote the dependents and settle the batches of jobs a client just finalized.
+
+    A statement that finalizes a job promotes its dependents and records its
+    batch's progress, but two finalized concurrently each miss the other; the
+    client that finalized them closes that gap at once (the leader sweeps too).
+    On a single-writer engine the finalizing transaction did it all already.
+    Errors are logged, not raised: the sweep is the backstop.
+    """
+    from django_hopper.engine.base import BatchSettleParams, WorkflowPromoteParams
+
+    done = [j for j in jobs if j.batch_id is not None]
+    if not done or engine.features.single_writer:
+        return
+    try:
+        promoted = contract(engine).workflow_promote_ready(
+            WorkflowPromoteParams(depends_on=tuple(j.id for j in done))
+        )
+        batches = {j.batch_id for j in done if j.batch_id is not None} | set(promoted.batches)
+        contract(engine).batch_settle(BatchSettleParams(ids=tuple(sorted(batches))))
+    except Exception:
+        logger.warning(
+            "settling the batches of %d finalized jobs failed; the leader's sweep will",
+            len(done),
+            exc_info=True,
+        )

@@ -1,0 +1,203 @@
+"""Queue controls of the SQLite engine: the limited claim, ordering keys, aging,
+pause, resume and limits (SQL in ``queries/queues.sql``).
+
+SQLite has no notifications, so pause, resume and limits reach the workers
+through their lease renewal; ``notify`` is still called, as the contract says.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from django_hopper import validation
+from django_hopper.engine import limits as rules
+from django_hopper.engine.base import (
+    CHANNEL_CONTROL,
+    JobAgeParams,
+    JobClaimParams,
+    JobClaimResult,
+    JobRetryOrderingKeyParams,
+    QueueControlsContract,
+    QueueLimits,
+    QueueRow,
+    QueueState,
+)
+from django_hopper.engine.sqlite.convert import db_time, from_db_time, job_from_row
+from django_hopper.engine.sqlite.jobs import JobsMixin, _claim_key
+from django_hopper.engine.sqlite.support import Q, translate_errors
+from django_hopper.exceptions import InvalidJob
+
+
+def _limit(value: object, field: str = "limit") -> int:
+    """Return a non-negative integer or raise InvalidJob naming ``field``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidJob(f"{field} must be a non-negative integer, not {value!r}", field=field)
+    return value
+
+
+def _limits(name: str, r: Sequence[Any]) -> QueueLimits:
+    """Build QueueLimits from (global, rate, burst, partition, aging µs); NULL is no limit."""
+    return QueueLimits(
+        name=name,
+        global_limit=r[0] or 0,
+        rate_per_sec=r[1] or 0.0,
+        rate_burst=r[2] or 0,
+        partition_limit=r[3] or 0,
+        aging=dt.timedelta(microseconds=r[4]) if r[4] else dt.timedelta(0),
+    )
+
+
+def _queue_row(r: Sequence[Any]) -> QueueRow:
+    return QueueRow(
+        name=r[0],
+        paused_at=from_db_time(r[1]),
+        updated_at=from_db_time(r[2]),
+        limits=_limits(r[0], r[3:8]),
+    )
+
+
+class QueuesMixin(JobsMixin, QueueControlsContract):
+    """The queue-control half of the contract; listed first so its job_claim
+    routes limited claims before the unlimited path of JobsMixin."""
+
+    # -- the limited claim ----------------------------------------------------
+
+    @translate_errors
+    def job_claim(self, params: JobClaimParams) -> JobClaimResult:
+        """Claim through the limited path when asked; otherwise the plain claim.
+
+        The IMMEDIATE transaction holds the write lock from its start, so the
+        queue row read here cannot change before the claim and the bucket's
+        update commit; the plan comes from :mod:`django_hopper.engine.limits`.
+        """
+        if not params.limited:
+            return super().job_claim(params)
+        if _limit(params.limit) == 0:
+            return JobClaimResult(jobs=[])
+        queue = validation.queue_name(params.queue)
+        now, now_s = self._now(params.now)
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["job_claim.lock"], {"queue": queue})
+            row = c.fetchone()
+            state: QueueState | None = None
+            plan: rules.ClaimPlan | None = None
+            want, partition_limit = params.limit, 0
+            if row is not None:
+                state = QueueState(
+                    limits=_limits(queue, row[1:6]),
+                    paused=bool(row[0]),
+                    rate_tokens=row[6],
+                    rate_refilled_at=from_db_time(row[7]) if row[7] else None,
+                    running=int(row[8]),
+                    now=now,
+                )
+                plan = rules.plan_claim(state, params.limit)
+                if plan.limit == 0:
+                    return JobClaimResult(jobs=[], wait=plan.wait)
+                want, partition_limit = plan.limit, state.limits.partition_limit
+            args = {
+                "queue": queue,
+                "now": now_s,
+                "client_id": params.client_id,
+                "limit": want,
+                "scan": rules.partition_scan(want, partition_limit),
+                "partition_limit": partition_limit,
+                "limited": True,
+            }
+            c.execute(Q["job_claim.promote"], args)
+            c.execute(Q["job_claim"], args)
+            jobs = [job_from_row(r) for r in c.fetchall()]
+            if plan is not None and plan.tokens is not None:
+                c.execute(
+                    Q["job_claim.spend"],
+                    {"queue": queue, "tokens": rules.spend(plan, len(jobs)), "at": now_s},
+                )
+        jobs.sort(key=_claim_key)
+        return JobClaimResult(jobs=jobs)
+
+    # -- ordering keys and aging ----------------------------------------------
+
+    @translate_errors
+    def job_retry_ordering_key(self, params: JobRetryOrderingKeyParams) -> int:
+        """Wake an ordering key's waiting jobs and mark its running one, in one transaction."""
+        queue = validation.queue_name(params.queue)
+        key = validation.key(params.ordering_key, "ordering_key")
+        if key is None:
+            raise InvalidJob("ordering_key must be a non-empty string", field="ordering_key")
+        if _limit(params.limit) == 0:
+            return 0
+        _, now_s = self._now(params.now)
+        args = {"queue": queue, "ordering_key": key, "limit": params.limit, "now": now_s}
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["job_retry_ordering_key"], args)
+            woken = int(c.rowcount)
+            c.execute(Q["job_retry_ordering_key.mark"], args)
+        return woken
+
+    @translate_errors
+    def job_age(self, params: JobAgeParams) -> int:
+        """Raise the priority of the queue's long-claimable jobs by one level."""
+        queue = validation.queue_name(params.queue)
+        after = validation.positive_duration(params.after, "after")
+        now, now_s = self._now(params.now)
+        with self._cursor() as c:
+            c.execute(Q["job_age"], {"queue": queue, "now": now_s, "before": db_time(now - after)})
+            return int(c.rowcount)
+
+    # -- pause, resume, limits ------------------------------------------------
+
+    def _control(self, action: str, queue: str, **extra: object) -> None:
+        """Signal the clients (a no-op on SQLite: they learn it on renewal)."""
+        self.notify(CHANNEL_CONTROL, [json.dumps({"action": action, "queue": queue, **extra})])
+
+    @translate_errors
+    def queue_pause(self, name: str, now: dt.datetime | None = None) -> None:
+        """Mark the queue paused (keeping an earlier pause time)."""
+        queue = validation.queue_name(name, "name")
+        _, now_s = self._now(now)
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["queue_pause"], {"name": queue, "now": now_s})
+            self._control("pause", queue)
+
+    @translate_errors
+    def queue_resume(self, name: str, now: dt.datetime | None = None) -> None:
+        """Clear the queue's pause."""
+        queue = validation.queue_name(name, "name")
+        _, now_s = self._now(now)
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["queue_resume"], {"name": queue, "now": now_s})
+            self._control("resume", queue)
+
+    @translate_errors
+    def queue_set_limits(self, limits: QueueLimits, now: dt.datetime | None = None) -> QueueRow:
+        """Store validated limits (zero removes one) and reset the bucket."""
+        checked = rules.validate_limits(limits)
+        _, now_s = self._now(now)
+        aging = checked.aging // dt.timedelta(microseconds=1) or None
+        with self._atomic(), self._cursor() as c:
+            c.execute(
+                Q["queue_set_limits"],
+                {
+                    "name": checked.name,
+                    "global_limit": checked.global_limit,
+                    "rate_per_sec": checked.rate_per_sec,
+                    "rate_burst": checked.rate_burst,
+                    "partition_limit": checked.partition_limit,
+                    "aging": aging,
+                    "now": now_s,
+                },
+            )
+            row = c.fetchone()
+            self._control("limits", checked.name, limited=checked.limited)
+        return _queue_row(row)
+
+    @translate_errors
+    def queue_get(self, name: str) -> QueueRow | None:
+        """Return one queue's row, or None."""
+        with self._cursor() as c:
+            c.execute(Q["queue_get"], {"name": validation.queue_name(name, "name")})
+            row = c.fetchone()
+        return _queue_row(row) if row else None

@@ -1,0 +1,114 @@
+"""Queue controls for operators and user code: pause, resume, limits, ordering
+keys and stats (docs/queue-controls.md).
+
+Each function runs on the Django connection of ``HOPPER["DATABASE"]``, so it
+joins the caller's transaction, and the rule it applies is written once, in
+the engine (and :mod:`django_hopper.engine.limits`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING, Any, cast
+
+from django_hopper import validation
+from django_hopper.exceptions import InvalidJob
+
+if TYPE_CHECKING:
+    from django_hopper.engine.base import QueueControlsContract, QueueRow, Stats
+
+__all__ = [
+    "list_queues",
+    "pause_queue",
+    "resume_queue",
+    "retry_ordering_key",
+    "set_queue_limits",
+    "stats",
+]
+
+
+def _engine() -> QueueControlsContract:
+    from django_hopper.engine import get_engine
+
+    return cast("QueueControlsContract", get_engine())
+
+
+def pause_queue(name: str) -> None:
+    """Stop every worker claiming from ``name`` (at once on PostgreSQL, at the
+    next lease renewal on SQLite); running jobs finish. Creates the queue if unknown."""
+    _engine().queue_pause(validation.queue_name(name, "name"))
+
+
+def resume_queue(name: str) -> None:
+    """Let workers claim from ``name`` again."""
+    _engine().queue_resume(validation.queue_name(name, "name"))
+
+
+def _seconds(value: Any, field: str) -> dt.timedelta:
+    """Return a non-negative duration (numbers are seconds) or raise naming ``field``."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = dt.timedelta(seconds=value)
+    if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
+        raise InvalidJob(f"{field} must be a non-negative duration, not {value!r}", field=field)
+    return value
+
+
+def set_queue_limits(
+    name: str,
+    *,
+    rate_per_sec: float = 0,
+    burst: int | None = None,
+    global_limit: int = 0,
+    partition_limit: int = 0,
+    aging: dt.timedelta | float = 0,
+) -> QueueRow:
+    """Set a queue's cluster-wide limits and return its row; zero removes a limit.
+
+    ``rate_per_sec`` caps claims per second with a bucket of ``burst`` tokens
+    (default: one second's worth); ``global_limit`` caps running jobs across
+    all workers; ``partition_limit`` caps running jobs per ``partition_key``;
+    ``aging`` (seconds or a timedelta) raises a waiting job's priority one
+    level per interval waited. Every call replaces all five settings.
+    """
+    from django_hopper.engine.base import QueueLimits
+
+    if burst is not None:
+        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 0:
+            raise InvalidJob(f"burst must be a non-negative integer, not {burst!r}", field="burst")
+        if burst == 0 and rate_per_sec:
+            raise InvalidJob(
+                "burst must be at least 1 with a rate limit (leave it out for one second's worth)",
+                field="burst",
+            )
+    limits = QueueLimits(
+        name=validation.queue_name(name, "name"),
+        global_limit=global_limit,
+        rate_per_sec=rate_per_sec,
+        rate_burst=burst or 0,
+        partition_limit=partition_limit,
+        aging=_seconds(aging, "aging"),
+    )
+    return _engine().queue_set_limits(limits)
+
+
+def list_queues() -> list[QueueRow]:
+    """Return every known queue with its pause and limits."""
+    from django_hopper.engine import get_engine
+
+    return get_engine().queue_list()
+
+
+def retry_ordering_key(queue: str, key: str, *, limit: int = 1000) -> int:
+    """Wake an ordering key: up to ``limit`` of its jobs waiting on a retry or a
+    snooze run now (keeping their TTL), and a running one that snoozes or fails
+    next runs again at once. Returns how many waiting jobs were woken."""
+    from django_hopper.engine.base import JobRetryOrderingKeyParams
+
+    return _engine().job_retry_ordering_key(
+        JobRetryOrderingKeyParams(queue=queue, ordering_key=key, limit=limit)
+    )
+
+
+def stats() -> Stats:
+    """Return per-queue depths and the cluster's state (clients, leader, running)."""
+    return _engine().stats()

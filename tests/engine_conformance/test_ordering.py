@@ -1,0 +1,219 @@
+"""Ordering keys: one job of a key at a time, oldest first, whatever its attempts do."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+from django_hopper.engine.base import (
+    WAKE_MARKER,
+    BaseEngine,
+    JobInsertParams,
+    JobRetryOrderingKeyParams,
+    QueueControlsContract,
+)
+from django_hopper.models import Job
+from tests.engine_conformance.support import (
+    HOUR,
+    MINUTE,
+    SECOND,
+    claim,
+    finalize,
+    get,
+    insert,
+    insert_many,
+    result,
+)
+
+Q = "lanes"
+
+
+def keyed(engine: BaseEngine, now: dt.datetime, key: str, n: int = 1, **fields: Any) -> list:
+    """Insert ``n`` jobs of one key, in ID order, and return them."""
+    params = [JobInsertParams(kind="tests.job", queue=Q, ordering_key=key, **fields)] * n
+    return [r.job for r in insert_many(engine, params, now)]
+
+
+def wake(engine: BaseEngine, now: dt.datetime, key: str, limit: int = 100) -> int:
+    assert isinstance(engine, QueueControlsContract)
+    return engine.job_retry_ordering_key(
+        JobRetryOrderingKeyParams(queue=Q, ordering_key=key, limit=limit, now=now)
+    )
+
+
+def test_ordering__only_the_oldest_job_of_a_key_is_claimed(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    a1, a2, _a3 = keyed(engine, db_now, "a", 3)
+    (b1,) = keyed(engine, db_now, "b")
+    plain = insert(engine, db_now, queue=Q)
+
+    got = claim(engine, client_id, db_now, queue=Q, limit=10)
+
+    assert {j.id for j in got} == {a1.id, b1.id, plain.id}
+    assert claim(engine, client_id, db_now, queue=Q, limit=10) == []
+    assert get(engine, a2).state == "available"
+
+
+def test_ordering__the_next_job_runs_once_the_head_finishes_in_id_order(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    jobs = keyed(engine, db_now, "a", 4)
+    ran = []
+    for _ in jobs:
+        (head,) = claim(engine, client_id, db_now, queue=Q, limit=10)
+        ran.append(head.id)
+        assert finalize(engine, db_now, result(head, "completed"))
+
+    assert ran == [j.id for j in jobs]
+
+
+def test_ordering__a_snoozed_head_holds_the_key_until_it_runs_again(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    a1, _a2 = keyed(engine, db_now, "a", 2)
+    (head,) = claim(engine, client_id, db_now, queue=Q)
+    finalize(engine, db_now, result(head, "scheduled", delay=MINUTE, snooze=True))
+
+    assert claim(engine, client_id, db_now + SECOND, queue=Q) == []
+    (again,) = claim(engine, client_id, db_now + 2 * MINUTE, queue=Q)
+    assert again.id == a1.id
+
+
+def test_ordering__a_retried_head_holds_the_key_and_a_canceled_one_releases_it(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    a1, a2 = keyed(engine, db_now, "a", 2)
+    (head,) = claim(engine, client_id, db_now, queue=Q)
+    finalize(engine, db_now, result(head, "retryable", delay=MINUTE))
+    assert claim(engine, client_id, db_now + SECOND, queue=Q) == []
+
+    (again,) = claim(engine, client_id, db_now + 2 * MINUTE, queue=Q)
+    finalize(engine, db_now + 2 * MINUTE, result(again, "discarded"))
+    (nxt,) = claim(engine, client_id, db_now + 2 * MINUTE, queue=Q)
+    assert (again.id, nxt.id) == (a1.id, a2.id)
+
+
+def test_ordering__a_head_whose_client_died_holds_the_key_until_rescued(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    keyed(engine, db_now, "a", 2)
+    (head,) = claim(engine, client_id, db_now, queue=Q)
+    assert head.state == "running"
+    # The client is gone, the job still runs: nothing else of the key is claimable.
+    engine.client_delete(client_id)
+    assert claim(engine, client_id + 1000, db_now, queue=Q) == []
+
+
+def test_ordering__pending_jobs_do_not_hold_the_key(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    a1, a2 = keyed(engine, db_now, "a", 2)
+    Job.objects.filter(id=a1.id).update(state="pending")
+
+    (got,) = claim(engine, client_id, db_now, queue=Q)
+    assert got.id == a2.id
+    # Once promoted, the older job waits while the newer one runs.
+    Job.objects.filter(id=a1.id).update(state="available")
+    assert claim(engine, client_id, db_now, queue=Q) == []
+
+
+def test_ordering__expired_and_future_heads_block_nothing_else_of_other_keys(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    keyed(engine, db_now, "a", scheduled_at=db_now + HOUR)
+    (b,) = keyed(engine, db_now, "b")
+    keyed(engine, db_now, "a")
+
+    assert [j.id for j in claim(engine, client_id, db_now, queue=Q)] == [b.id]
+
+
+def test_retry_ordering_key__wakes_waiting_jobs_oldest_first_keeping_ttl(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    later = db_now + HOUR
+    a1, a2, a3 = keyed(engine, db_now, "a", 3, scheduled_at=later, ttl=2 * HOUR)
+    (expired,) = keyed(engine, db_now - 3 * HOUR, "a", scheduled_at=later, ttl=HOUR)
+    (other,) = keyed(engine, db_now, "b", scheduled_at=later)
+
+    assert wake(engine, db_now, "a", limit=2) == 2
+
+    rows = [get(engine, j) for j in (a1, a2, a3, expired, other)]
+    assert [r.state for r in rows] == [
+        "available",
+        "available",
+        "scheduled",
+        "scheduled",
+        "scheduled",
+    ]
+    assert rows[0].scheduled_at == db_now
+    assert rows[0].expires_at == a1.expires_at
+    assert wake(engine, db_now, "a") == 1
+
+
+def test_retry_ordering_key__clears_the_snooze_reason(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    keyed(engine, db_now, "a")
+    (head,) = claim(engine, client_id, db_now, queue=Q)
+    finalize(
+        engine, db_now, result(head, "scheduled", delay=HOUR, snooze=True, snooze_reason="wait")
+    )
+
+    assert wake(engine, db_now, "a") == 1
+    row = get(engine, head)
+    assert (row.state, row.snooze_reason) == ("available", None)
+
+
+def test_retry_ordering_key__a_marked_running_job_that_snoozes_is_claimable_at_once(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    keyed(engine, db_now, "a", 2)
+    (head,) = claim(engine, client_id, db_now, queue=Q)
+
+    assert wake(engine, db_now, "a") == 0
+    finalize(engine, db_now, result(head, "scheduled", delay=HOUR, snooze=True))
+
+    (again,) = claim(engine, client_id, db_now + SECOND, queue=Q)
+    assert again.id == head.id
+    assert WAKE_MARKER not in again.metadata
+    assert WAKE_MARKER not in get(engine, head).metadata
+
+
+def test_retry_ordering_key__bad_input_is_refused(engine: BaseEngine, db_now: dt.datetime) -> None:
+    import pytest
+
+    from django_hopper.exceptions import InvalidJob, UnknownQueue
+
+    assert isinstance(engine, QueueControlsContract)
+    with pytest.raises(UnknownQueue):
+        engine.job_retry_ordering_key(JobRetryOrderingKeyParams(queue="", ordering_key="a"))
+    with pytest.raises(InvalidJob) as err:
+        engine.job_retry_ordering_key(JobRetryOrderingKeyParams(queue=Q, ordering_key=""))
+    assert err.value.field == "ordering_key"
+
+
+def test_ordering__claim_cost_grows_with_keys_not_with_jobs_behind_a_head(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    """10,000 jobs behind one head and 1,000 other keys: a claim takes the heads only."""
+    params = [JobInsertParams(kind="tests.job", queue=Q, ordering_key="hot")] * 10_000
+    params += [
+        JobInsertParams(kind="tests.job", queue=Q, ordering_key=f"k{i:04}") for i in range(1000)
+    ]
+    for start in range(0, len(params), 2000):
+        insert_many(engine, params[start : start + 2000], db_now)
+
+    started = time.perf_counter()
+    got = claim(engine, client_id, db_now, queue=Q, limit=50)
+    first = time.perf_counter() - started
+    assert len(got) == 50
+    assert len({j.ordering_key for j in got}) == 50
+
+    started = time.perf_counter()
+    for _ in range(5):
+        claim(engine, client_id, db_now, queue=Q, limit=10)
+    each = (time.perf_counter() - started) / 5
+    # Walking the 10,000 blocked jobs per claim would not fit; 1,000 key probes do.
+    assert max(first, each) < 0.5, (first, each)
