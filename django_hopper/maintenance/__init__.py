@@ -2,8 +2,13 @@
 
 from django_hopper.maintenance.leader import Elector, Maintainer
 from django_hopper.maintenance.services import (
+    Ager,
     ClientPruner,
     ExpiredJobDiscarder,
+    HistoryIndexService,
+    HistoryRetentionService,
+    JobsUpkeepService,
+    Periodic,
     Rescuer,
     Scheduler,
     Service,
@@ -11,10 +16,15 @@ from django_hopper.maintenance.services import (
 )
 
 __all__ = [
+    "Ager",
     "ClientPruner",
     "Elector",
     "ExpiredJobDiscarder",
+    "HistoryIndexService",
+    "HistoryRetentionService",
+    "JobsUpkeepService",
     "Maintainer",
+    "Periodic",
     "Rescuer",
     "Scheduler",
     "Service",
