@@ -460,44 +460,55 @@ class Suite:
     def claim_probe(self, rounds: int = 25) -> dict[str, Any]:
         """Time hopper's claim of 10 jobs by itself (rolled back each time), and its plan.
 
-        Isolates the claim statement from the worker: if it slows down as the
-        tables grow, this shows it before any throughput figure does.
+        Isolates the claim from the worker: if it slows down as the tables
+        grow, this shows it before any throughput figure does. The plan is
+        taken of the statement the engine actually sent (captured with an
+        execute wrapper), so it follows the engine's SQL as that changes.
         """
-        from django.db import connections, transaction
+        from django.db import connection, connections, transaction
 
         from django_hopper.engine import get_engine
         from django_hopper.engine.base import JobClaimParams
 
         engine = get_engine()
         params = JobClaimParams(queue="bench", client_id=0, limit=10)
-        times = []
-        for _ in range(rounds):
-            with transaction.atomic():
-                start = time.perf_counter()
-                claimed = engine.job_claim(params)
-                times.append((time.perf_counter() - start) * 1000)
-                transaction.set_rollback(True)
-        out: dict[str, Any] = {
-            "median_ms": round(statistics.median(times), 3),
-            "claimed": len(claimed.jobs),
-        }
-        if self.vendor == "postgresql":
-            from django_hopper.engine.postgres.support import QUERIES
+        sent: list[tuple[str, Any]] = []
 
-            values = {"queue": "bench", "client_id": 0, "limit": 10, "now": None}
-            with transaction.atomic(), connections["default"].cursor() as cur:
-                cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + QUERIES["job_claim"], values)
-                plan = [row[0] for row in cur.fetchall()]
-                transaction.set_rollback(True)
-            out["explain_ms"] = next(
-                (
-                    float(line.split(":")[1].split()[0])
-                    for line in plan
-                    if line.startswith("Execution Time")
-                ),
-                None,
-            )
-            out["plan"] = plan
+        def capture(execute: Any, sql: str, values: Any, many: bool, context: Any) -> Any:
+            sent.append((sql, values))
+            return execute(sql, values, many, context)
+
+        times = []
+        claimed = 0
+        try:
+            for i in range(rounds):
+                with transaction.atomic():
+                    start = time.perf_counter()
+                    if i == 0:
+                        with connection.execute_wrapper(capture):
+                            claimed = len(engine.job_claim(params).jobs)
+                    else:
+                        claimed = len(engine.job_claim(params).jobs)
+                    times.append((time.perf_counter() - start) * 1000)
+                    transaction.set_rollback(True)
+        except Exception as exc:  # an engine in flux must not sink the whole run
+            connections.close_all()
+            return {"warning": f"claim probe failed: {exc}"}
+        out: dict[str, Any] = {"median_ms": round(statistics.median(times), 3), "claimed": claimed}
+        if self.vendor == "postgresql" and sent:
+            sql, values = max(sent, key=lambda sv: len(sv[0]))  # the claim, not a helper read
+            try:
+                with transaction.atomic(), connection.cursor() as cur:
+                    cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, values)
+                    plan = [row[0] for row in cur.fetchall()]
+                    transaction.set_rollback(True)
+                out["plan"] = plan
+                for line in plan:
+                    if line.startswith(("Planning Time", "Execution Time")):
+                        key = "planning_ms" if line.startswith("Planning") else "execution_ms"
+                        out[key] = float(line.split(":")[1].split()[0])
+            except Exception as exc:
+                out["plan_error"] = str(exc)
         connections.close_all()
         return out
 
@@ -650,12 +661,18 @@ def render(engine: str, title: str, r: dict[str, Any]) -> str:
         )
         tp, btp = c["processing"]["jobs_per_s"], base["processing"]["jobs_per_s"]
         med, bmed = c["latency"].get("median_ms"), base["latency"].get("median_ms")
-        claim_ms = (c.get("claim") or {}).get("median_ms")
+        claim = c.get("claim") or {}
+        claim_ms = claim.get("median_ms")
         lines.append(
             f"  {what:<26} {num(tp):>7} jobs/s = {ratio(tp, btp)} empty; "
             f"latency median {med or 0:.1f} ms = {ratio(med, bmed)} empty "
             f"(p95 {c['latency'].get('p95_ms', 0):.1f}); claim of 10 alone "
             + (f"{claim_ms:.2f} ms" if claim_ms is not None else "n/a")
+            + (
+                f" (server: plan {claim['planning_ms']:.2f} + run {claim['execution_ms']:.2f})"
+                if "execution_ms" in claim
+                else ""
+            )
         )
     mem = r["memory"]
     rss = mem.get("rss_kb") or {}

@@ -116,6 +116,10 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
                     {"queue": queue, "tokens": rules.spend(plan, len(jobs)), "at": now_s},
                 )
         jobs.sort(key=_claim_key)
+        if any(j.batch_id is not None for j in jobs):
+            from django_hopper.engine.sqlite.workflows import attach_dependencies
+
+            jobs = attach_dependencies(self, jobs)
         return JobClaimResult(jobs=jobs)
 
     # -- ordering keys and aging ----------------------------------------------
