@@ -329,7 +329,9 @@ class Suite:
         self.startup_cpu = kids.wait(timeout=120)
         self.progress(f"idle burst worker: {self.startup_cpu * 1000:.0f} ms CPU (startup+exit)")
 
-    def process(self, n: int, processes: int, *, memory: bool = False) -> dict[str, Any]:
+    def process(
+        self, n: int, processes: int, *, memory: bool = False, queues: str = WORKER_QUEUES
+    ) -> dict[str, Any]:
         """Work ``n`` pre-enqueued no-op jobs with ``processes`` burst workers."""
         from django.db import connections
         from django.db.models import Count, Max, Min
@@ -352,9 +354,12 @@ class Suite:
                 marks.pop(0)
 
         self.progress(
-            f"{processes} worker process(es), {n:,} jobs" + (", sampling RSS" if memory else "")
+            f"{processes} worker process(es), --queues {queues}, {n:,} jobs"
+            + (", sampling RSS" if memory else "")
         )
-        kids = Children([worker_command(burst=True) for _ in range(processes)], self.log)
+        kids = Children(
+            [worker_command(burst=True, queues=queues) for _ in range(processes)], self.log
+        )
         # A burst worker that cannot claim retries forever: bound the wait by the work.
         cpu = kids.wait(timeout=120 + n / 50, tick=tick if memory else None)
         wall = kids.ended - kids.started
@@ -405,10 +410,12 @@ class Suite:
                 committed[handle.id] = time.time()
                 time.sleep(max(0.0, LATENCY_GAP - (time.perf_counter() - started)))
             deadline = time.monotonic() + 60
-            rows: list[tuple[Any, Any]] = []
+            rows: list[tuple[Any, Any, Any]] = []
             while time.monotonic() < deadline:
                 rows = list(
-                    JobHistory.objects.filter(id__in=list(committed)).values_list("id", "output")
+                    JobHistory.objects.filter(id__in=list(committed)).values_list(
+                        "id", "output", "attempted_at"
+                    )
                 )
                 if len(rows) == len(committed):
                     break
@@ -417,15 +424,22 @@ class Suite:
             kids.signal(signal.SIGTERM)
             kids.wait(timeout=60)
             connections.close_all()
-        lat = sorted((float(out) - committed[jid]) * 1000 for jid, out in rows)
+        lat = sorted((float(out) - committed[jid]) * 1000 for jid, out, _ in rows)
         if not lat:
             return {"jobs": 0, "warning": "no job ran"}
+        # attempted_at is the claim's clock (PostgreSQL's now() at the claim statement, the
+        # worker's clock on SQLite; one machine, one clock): it splits the latency into
+        # commit -> claim (notification, wake-up) and claim -> start (claim, handoff).
+        to_claim = [(at.timestamp() - committed[jid]) * 1000 for jid, _, at in rows]
+        to_start = [(float(out) - at.timestamp()) * 1000 for _, out, at in rows]
         result: dict[str, Any] = {
             "jobs": len(lat),
             "median_ms": round(statistics.median(lat), 2),
             "p95_ms": round(lat[min(len(lat) - 1, int(len(lat) * 0.95))], 2),
             "max_ms": round(lat[-1], 2),
             "min_ms": round(lat[0], 2),
+            "commit_to_claim_median_ms": round(statistics.median(to_claim), 2),
+            "claim_to_start_median_ms": round(statistics.median(to_start), 2),
         }
         if len(lat) != LATENCY_JOBS:
             result["warning"] = f"{len(lat)} of {LATENCY_JOBS} jobs ran within 60 s"
@@ -526,6 +540,12 @@ class Suite:
         self.seed(queue="bench", n=n)
         self.settle()
         result["processing"] = {"1proc": cases["empty"]["processing"], "2proc": self.process(n, 2)}
+        # A diagnostic, not a target: concurrency 100 lets one claim take up to 100 jobs,
+        # as the raw cycle does, which shows what the claim batch size costs at 10.
+        self.reset()
+        self.seed(queue="bench", n=n)
+        self.settle()
+        result["processing"]["1proc_c100"] = self.process(n, 1, queues="bench:100")
         result["latency"] = cases["empty"]["latency"]
         small, large = size("waiting_small", self.scale), size("waiting_large", self.scale)
         cases["waiting_small"] = self.growth_case(f"{small:,} waiting", small, 0)
@@ -639,16 +659,22 @@ def render(engine: str, title: str, r: dict[str, Any]) -> str:
         "raw multi-row insert",
     )
     lines.append("Processing (no-op jobs, concurrency 10 per process)")
-    for key, bound, label in (("1proc", one, "raw 1 conn"), ("2proc", two, "raw 2 conns")):
-        p = proc[key]
-        n = int(p.get("processes", 1))
-        extra = f"; CPU {p.get('cpu_us_per_job', 0):,.0f} µs/job"
-        line(f"{n} worker process{'es' if n > 1 else ''}", p["jobs_per_s"], bound, label, extra)
+    for key, bound, label, what in (
+        ("1proc", one, "raw 1 conn", "1 worker process"),
+        ("2proc", two, "raw 2 conns", "2 worker processes"),
+        ("1proc_c100", one, "raw 1 conn", "(diagnostic) 1 process, concurrency 100"),
+    ):
+        p = proc.get(key)
+        if p:
+            extra = f"; CPU {p.get('cpu_us_per_job', 0):,.0f} µs/job"
+            line(what, p["jobs_per_s"], bound, label, extra)
     lat = r["latency"]
     lines.append("Pickup latency (idle worker, 200 jobs 20 ms apart)")
     lines.append(
         f"  median {lat.get('median_ms', 0):.1f} ms, p95 {lat.get('p95_ms', 0):.1f} ms, "
-        f"max {lat.get('max_ms', 0):.1f} ms"
+        f"max {lat.get('max_ms', 0):.1f} ms; median split: commit -> claim "
+        f"{lat.get('commit_to_claim_median_ms', 0):.1f} ms, claim -> job start "
+        f"{lat.get('claim_to_start_median_ms', 0):.1f} ms"
     )
     lines.append("Cost as the work grows (1 process; ratios to the empty case)")
     base = r["growth"]["empty"]

@@ -336,25 +336,9 @@ class Executor:
                 output = ex.fn.func(ctx, *args, **kwargs)
             else:
                 output = ex.fn.func(*args, **kwargs)
-        except JobSnooze as snooze:
-            return snoozed(job, snooze, ctx.log_text())
-        except JobCanceled as exc:
-            ex.exception = exc
-            return canceled(job, ctx.log_text())
-        except JobFenced as exc:
-            ex.exception = exc
-            return failed(job, f"JobFenced: {exc}", log=ctx.log_text())
         except (Exception, SystemExit) as exc:  # a job's SystemExit must not end the worker
-            ex.exception = exc
-            if ctx.cancelled:
-                return canceled(job, ctx.log_text())
-            message, trace = _format(exc)
-            ex.log.info("attempt failed: %s", message)
-            return failed(job, message, trace, ctx.log_text())
-        problem = _json_error(output)
-        if problem is not None:
-            return failed(job, problem, log=ctx.log_text())
-        return completed(job, output, ctx.log_text(), ex.fn)
+            return _error_outcome(ex, exc)
+        return _output_outcome(ex, output)
 
     async def _run_async(self, ex: Execution) -> None:
         with ex.lock:
@@ -384,19 +368,31 @@ class Executor:
         except asyncio.CancelledError as exc:
             ex.exception = exc
             return canceled(job, ctx.log_text())
-        except JobSnooze as snooze:
-            return snoozed(job, snooze, ctx.log_text())
-        except JobCanceled as exc:
-            ex.exception = exc
-            return canceled(job, ctx.log_text())
         except (Exception, SystemExit) as exc:
-            ex.exception = exc
-            if ctx.cancelled:
-                return canceled(job, ctx.log_text())
-            message, trace = _format(exc)
-            ex.log.info("attempt failed: %s", message)
-            return failed(job, message, trace, ctx.log_text())
-        problem = _json_error(output)
-        if problem is not None:
-            return failed(job, problem, log=ctx.log_text())
-        return completed(job, output, ctx.log_text(), ex.fn)
+            return _error_outcome(ex, exc)
+        return _output_outcome(ex, output)
+
+
+def _error_outcome(ex: Execution, exc: BaseException) -> JobFinalize:
+    """Turn what an attempt raised into its result: the one rule for sync and async jobs."""
+    job, ctx = ex.job, ex.context
+    if isinstance(exc, JobSnooze):
+        return snoozed(job, exc, ctx.log_text())
+    ex.exception = exc
+    if isinstance(exc, JobCanceled):
+        return canceled(job, ctx.log_text())
+    if isinstance(exc, JobFenced):
+        return failed(job, f"JobFenced: {exc}", log=ctx.log_text())
+    if ctx.cancelled:
+        return canceled(job, ctx.log_text())
+    message, trace = _format(exc)
+    ex.log.info("attempt failed: %s", message)
+    return failed(job, message, trace, ctx.log_text())
+
+
+def _output_outcome(ex: Execution, output: Any) -> JobFinalize:
+    """Complete the attempt with its return value, which must be JSON."""
+    problem = _json_error(output)
+    if problem is not None:
+        return failed(ex.job, problem, log=ex.context.log_text())
+    return completed(ex.job, output, ex.context.log_text(), ex.fn)

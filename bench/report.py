@@ -1,0 +1,153 @@
+"""Turn benchmark JSON into the Markdown results table of docs/benchmark.md.
+
+``python -m bench.report bench-results/a.json [b.json ...]`` prints one table
+per engine: a column per run and one for the median, each hopper figure with
+its ratio to the raw bound of the same run, so that runs can be compared and
+pasted into the docs as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Row = tuple[str, Callable[[dict[str, Any]], str]]
+
+
+def _rate(v: Any) -> str:
+    """Format a rate."""
+    return "n/a" if v is None else f"{v:,.0f}"
+
+
+def _ratio(a: Any, b: Any) -> str:
+    """Format a / b as a ratio."""
+    return "n/a" if not a or not b else f"{a / b:.2f}x"
+
+
+def _with_ratio(
+    value: Callable[[dict[str, Any]], Any], bound: Callable[[dict[str, Any]], Any]
+) -> Callable[[dict[str, Any]], str]:
+    """Return a cell showing a hopper figure and its ratio to the bound of the same run."""
+
+    def cell(r: dict[str, Any]) -> str:
+        return f"{_rate(value(r))} ({_ratio(value(r), bound(r))})"
+
+    return cell
+
+
+def _growth(key: str) -> Callable[[dict[str, Any]], str]:
+    """Return a cell comparing a growth case's throughput and latency to the empty case."""
+
+    def cell(r: dict[str, Any]) -> str:
+        c, e = r["growth"][key], r["growth"]["empty"]
+        tp, etp = c["processing"]["jobs_per_s"], e["processing"]["jobs_per_s"]
+        med, emed = c["latency"].get("median_ms"), e["latency"].get("median_ms")
+        return f"{_ratio(tp, etp)} / {_ratio(med, emed)}"
+
+    return cell
+
+
+def _memory(r: dict[str, Any]) -> str:
+    """Format the RSS samples of the memory run."""
+    rss = r["memory"].get("rss_kb") or {}
+    marks = [rss.get(k) for k in ("10%", "50%", "100%")]
+    return " / ".join("?" if v is None else f"{v / 1024:.0f}" for v in marks) + " MB"
+
+
+ROWS: list[Row] = [
+    ("raw cycle, 1 connection (jobs/s)", lambda r: _rate(r["raw"]["cycle_1conn"]["jobs_per_s"])),
+    ("raw cycle, 2 connections", lambda r: _rate(r["raw"]["cycle_2conn"]["jobs_per_s"])),
+    ("raw one-row inserts (rows/s)", lambda r: _rate(r["raw"]["insert_one"]["jobs_per_s"])),
+    ("raw multi-row inserts", lambda r: _rate(r["raw"]["insert_multi"]["jobs_per_s"])),
+    (
+        "processing, 1 process (x raw 1 conn)",
+        _with_ratio(
+            lambda r: r["processing"]["1proc"]["jobs_per_s"],
+            lambda r: r["raw"]["cycle_1conn"]["jobs_per_s"],
+        ),
+    ),
+    (
+        "processing, 2 processes (x raw 2 conns)",
+        _with_ratio(
+            lambda r: r["processing"]["2proc"]["jobs_per_s"],
+            lambda r: r["raw"]["cycle_2conn"]["jobs_per_s"],
+        ),
+    ),
+    (
+        "worker CPU per job, 1 process (µs)",
+        lambda r: f"{r['processing']['1proc'].get('cpu_us_per_job', 0):,.0f}",
+    ),
+    (
+        "enqueue(), 1 per transaction (x one-row)",
+        _with_ratio(
+            lambda r: r["enqueue"]["one_per_tx"]["jobs_per_s"],
+            lambda r: r["raw"]["insert_one"]["jobs_per_s"],
+        ),
+    ),
+    (
+        "enqueue_many, 1,000 (x multi-row)",
+        _with_ratio(
+            lambda r: r["enqueue"]["many_1000"]["jobs_per_s"],
+            lambda r: r["raw"]["insert_multi"]["jobs_per_s"],
+        ),
+    ),
+    (
+        "job_insert_many unique, 1,000 (x multi-row)",
+        _with_ratio(
+            lambda r: r["enqueue"]["unique_many_1000"]["jobs_per_s"],
+            lambda r: r["raw"]["insert_multi"]["jobs_per_s"],
+        ),
+    ),
+    (
+        "pickup latency median / p95 (ms)",
+        lambda r: f"{r['latency'].get('median_ms', 0):.1f} / {r['latency'].get('p95_ms', 0):.1f}",
+    ),
+    ("100k x scale waiting: throughput / latency vs empty", _growth("waiting_small")),
+    ("1M x scale waiting: throughput / latency vs empty", _growth("waiting_large")),
+    ("1M x scale in history: throughput / latency vs empty", _growth("history_large")),
+    ("worker RSS at 10% / 50% / 100%", _memory),
+]
+
+
+def table(engine: str, runs: list[dict[str, Any]], median: dict[str, Any] | None) -> str:
+    """Return the Markdown table of one engine's runs (and their medians)."""
+    columns = [f"run {i + 1}" for i in range(len(runs))]
+    trees = list(runs)
+    if median is not None and len(runs) > 1:
+        columns.append("median")
+        trees.append(median)
+    out = [f"**{engine}**", "", "| figure | " + " | ".join(columns) + " |"]
+    out.append("|---|" + "---|" * len(columns))
+    for label, cell in ROWS:
+        cells = []
+        for tree in trees:
+            try:
+                cells.append(cell(tree))
+            except (KeyError, TypeError):
+                cells.append("n/a")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main(paths: list[str]) -> int:
+    """Print a table per engine found in the given JSON files (their runs pooled)."""
+    from bench.run import median_tree
+
+    pooled: dict[str, list[dict[str, Any]]] = {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        print(f"<!-- {path}: scale {data['meta']['scale']}, {data['meta']['started']} -->")
+        for engine, result in data["engines"].items():
+            pooled.setdefault(engine, []).extend(result.get("runs", []))
+    for engine, runs in pooled.items():
+        if runs:
+            print(table(engine, runs, median_tree(runs) if len(runs) > 1 else None))
+            print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
