@@ -428,3 +428,105 @@ class PeriodicRegistration(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class JobStep(models.Model):
+    """The step ledger of a resumable job's current pass (seed 004).
+
+    A row is written as each named step completes; ``result`` not null is what
+    means completed (a step returning nothing stores JSON ``null`` inside the
+    wrapper ``{"value": ...}``). The rows of a pass are dropped when the pass
+    commits its cursor, so the ledger holds one pass's worth of steps.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    job_id = models.UUIDField()
+    step = models.CharField(max_length=255)
+    result = models.JSONField(null=True, blank=True)
+    attempts = models.IntegerField(default=0)
+    last_error = models.TextField(null=True, blank=True)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "hopper_job_step"
+        constraints = [
+            models.UniqueConstraint(fields=["job_id", "step"], name="hopper_job_step_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.step}"
+
+
+class Subscription(models.Model):
+    """A pub/sub subscription: each publish to a matching topic inserts a delivery job."""
+
+    name = models.CharField(max_length=255, primary_key=True)
+    # An AMQP topic pattern ("orders.*", "orders.#").
+    pattern = models.CharField(max_length=255)
+    kind = models.CharField(max_length=255)
+    queue = models.CharField(max_length=128)
+    max_attempts = models.IntegerField(default=0)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "hopper_subscription"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class StreamEvent(models.Model):
+    """An event of the stream log, at position (xid, seq).
+
+    On PostgreSQL ``xid`` is the appending transaction's id (xid8), so a
+    consumer can tell events of transactions still in flight from those it has
+    read; on SQLite (one writer) it is 0 and ``seq`` alone orders the log.
+    """
+
+    seq = models.BigAutoField(primary_key=True)
+    xid = models.BigIntegerField(default=0)
+    topic = models.CharField(max_length=255)
+    key = models.CharField(max_length=255, null=True, blank=True)
+    payload = models.JSONField(null=True, blank=True)
+    headers = models.JSONField(default=dict, blank=True)
+    message_id = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "hopper_stream_event"
+        indexes = [
+            models.Index(fields=["xid", "seq"], name="hopper_stream_position"),
+            models.Index(fields=["created_at"], name="hopper_stream_created"),
+            models.Index(fields=["topic", "seq"], name="hopper_stream_topic"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.topic} #{self.seq}"
+
+
+class StreamConsumer(models.Model):
+    """A stream consumer: turns events after its position into delivery jobs."""
+
+    name = models.CharField(max_length=255, primary_key=True)
+    pattern = models.CharField(max_length=255)
+    kind = models.CharField(max_length=255)
+    queue = models.CharField(max_length=128)
+    max_attempts = models.IntegerField(default=0)
+    metadata = models.JSONField(default=dict, blank=True)
+    # earliest | latest
+    start = models.CharField(max_length=16, default="latest")
+    # PostgreSQL: the pg_snapshot every delivered transaction is visible in.
+    snapshot = models.TextField(null=True, blank=True)
+    position_xid = models.BigIntegerField(default=0)
+    position_seq = models.BigIntegerField(default=0)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "hopper_stream_consumer"
+
+    def __str__(self) -> str:
+        return self.name
