@@ -50,6 +50,16 @@ def _growth(key: str) -> Callable[[dict[str, Any]], str]:
     return cell
 
 
+def _statement(st: dict[str, Any]) -> str:
+    """Format a statement probe: wall ms, and the server's planning + execution ms."""
+    if st.get("median_ms") is None:
+        return "n/a"
+    out = f"{st['median_ms']:.1f}"
+    if "execution_ms" in st:
+        out += f" ({st['planning_ms']:.1f} + {st['execution_ms']:.1f})"
+    return out
+
+
 def _memory(r: dict[str, Any]) -> str:
     """Format the RSS samples of the memory run."""
     rss = r["memory"].get("rss_kb") or {}
@@ -77,6 +87,13 @@ ROWS: list[Row] = [
         ),
     ),
     (
+        "(diagnostic) 1 process, concurrency 100",
+        _with_ratio(
+            lambda r: r["processing"]["1proc_c100"]["jobs_per_s"],
+            lambda r: r["raw"]["cycle_1conn"]["jobs_per_s"],
+        ),
+    ),
+    (
         "worker CPU per job, 1 process (µs)",
         lambda r: f"{r['processing']['1proc'].get('cpu_us_per_job', 0):,.0f}",
     ),
@@ -100,6 +117,14 @@ ROWS: list[Row] = [
             lambda r: r["enqueue"]["unique_many_1000"]["jobs_per_s"],
             lambda r: r["raw"]["insert_multi"]["jobs_per_s"],
         ),
+    ),
+    (
+        "claim of 10 alone: ms (server plan + run)",
+        lambda r: _statement(r["growth"]["empty"].get("claim") or {}),
+    ),
+    (
+        "finalize of 10 alone: ms (server plan + run)",
+        lambda r: _statement(r["growth"]["empty"].get("finalize") or {}),
     ),
     (
         "pickup latency median / p95 (ms)",

@@ -342,9 +342,13 @@ class Suite:
         samples: dict[str, dict[str, int]] = {}
         marks = [0.1, 0.5, 1.0]
 
+        last = [0.0]
+
         def tick() -> None:
-            if not marks:
+            # Count at most every 100 ms: counting is a query that competes with the worker.
+            if not marks or time.monotonic() - last[0] < 0.1:
                 return
+            last[0] = time.monotonic()
             left = Job.objects.filter(queue="bench").exclude(state="scheduled").count()
             done = 1 - left / n
             while marks and done >= marks[0]:
@@ -467,6 +471,7 @@ class Suite:
             "waiting": filler,
             "history": history,
             "claim": self.claim_probe(),
+            "finalize": self.finalize_probe(),
             "processing": self.process(n, 1),
             "latency": self.latency(),
         }
@@ -523,6 +528,63 @@ class Suite:
                         out[key] = float(line.split(":")[1].split()[0])
             except Exception as exc:
                 out["plan_error"] = str(exc)
+        connections.close_all()
+        return out
+
+    def finalize_probe(self, rounds: int = 15) -> dict[str, Any]:
+        """Time hopper's finalize of 10 claimed jobs by itself (rolled back), and its plan.
+
+        Each round claims 10 jobs and completes them with ``job_finalize_many``
+        in one transaction that is then rolled back; only the finalize is
+        timed. On PostgreSQL the first round runs the statement the engine
+        sends under ``EXPLAIN (ANALYZE, BUFFERS)`` instead, for its planning
+        and execution times.
+        """
+        from django.db import connection, connections, transaction
+
+        from django_hopper.engine import get_engine
+        from django_hopper.engine.base import JobClaimParams, JobFinalize, JobFinalizeParams
+
+        engine = get_engine()
+        plan: list[str] = []
+
+        def explain(execute: Any, sql: str, values: Any, many: bool, context: Any) -> Any:
+            if not plan and "hopper_job_history" in sql and "INSERT" in sql.upper():
+                plan.extend(
+                    row[0]
+                    for row in execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, values, many, context)
+                    or context["cursor"].fetchall()
+                )
+            return execute(sql, values, many, context)
+
+        times = []
+        try:
+            for i in range(rounds):
+                with transaction.atomic():
+                    jobs = engine.job_claim(JobClaimParams(queue="bench", client_id=0, limit=10))
+                    results = [
+                        JobFinalize(id=j.id, attempted_by=0, fence=j.fence, state="completed")
+                        for j in jobs.jobs
+                    ]
+                    params = JobFinalizeParams(jobs=results, no_batches=True)
+                    if i == 0 and self.vendor == "postgresql":
+                        with connection.execute_wrapper(explain):
+                            engine.job_finalize_many(params)
+                    else:
+                        start = time.perf_counter()
+                        engine.job_finalize_many(params)
+                        times.append((time.perf_counter() - start) * 1000)
+                    transaction.set_rollback(True)
+        except Exception as exc:  # an engine in flux must not sink the whole run
+            connections.close_all()
+            return {"warning": f"finalize probe failed: {exc}"}
+        out: dict[str, Any] = {"median_ms": round(statistics.median(times), 3) if times else None}
+        for line in plan:
+            if line.startswith(("Planning Time", "Execution Time")):
+                key = "planning_ms" if line.startswith("Planning") else "execution_ms"
+                out[key] = float(line.split(":")[1].split()[0])
+        if plan:
+            out["plan"] = plan
         connections.close_all()
         return out
 
@@ -668,6 +730,17 @@ def render(engine: str, title: str, r: dict[str, Any]) -> str:
         if p:
             extra = f"; CPU {p.get('cpu_us_per_job', 0):,.0f} µs/job"
             line(what, p["jobs_per_s"], bound, label, extra)
+    empty = r["growth"]["empty"]
+    lines.append("Hot statements alone (10 jobs, rolled back; median wall ms in the runner)")
+    for name in ("claim", "finalize"):
+        st = empty.get(name) or {}
+        server = (
+            f" (server: plan {st['planning_ms']:.2f} + run {st['execution_ms']:.2f} ms)"
+            if "execution_ms" in st
+            else ""
+        )
+        wall = st.get("median_ms")
+        lines.append(f"  {name:<9} {wall if wall is not None else 0:6.2f} ms{server}")
     lat = r["latency"]
     lines.append("Pickup latency (idle worker, 200 jobs 20 ms apart)")
     lines.append(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -75,8 +76,8 @@ def completed_job(engine: BaseEngine) -> uuid.UUID:
     return job_id
 
 
-def act(client: HttpClient, model: str, action: str, ids: list[uuid.UUID]) -> list[str]:
-    """Post an admin action on the changelist; return the messages shown."""
+def act(client: HttpClient, model: str, action: str, ids: Sequence[uuid.UUID | str]) -> list[str]:
+    """Post an admin action on the changelist (ids: primary keys); return the messages shown."""
     url = reverse(f"admin:django_hopper_{model}_changelist")
     response = client.post(
         url, {"action": action, "_selected_action": [str(i) for i in ids]}, follow=True

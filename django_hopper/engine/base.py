@@ -25,7 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -495,6 +495,10 @@ class EngineFeatures:
     supports_skip_locked: bool = False
     #: GIN indexes on JSON columns (tags and metadata filters).
     supports_json_indexes: bool = False
+    #: Stream positions carry transaction ids (xid8) and consumers read through
+    #: snapshots (pg_snapshot), so an event whose transaction commits late is
+    #: still delivered; without it, one writer makes sequence order commit order.
+    supports_xid_streams: bool = False
 
 
 # ---------------------------------------------------------------------------
@@ -1360,3 +1364,488 @@ class QueueControlsContract:
     def stats(self, now: dt.datetime | None = None) -> Stats:
         """Return queue depths and cluster state (seed ``Stats``)."""
         raise NotImplementedError
+
+
+# == job leases and the step ledger (claim by ID, resumable jobs) ==============
+#
+# The seed's JobClaimByID, JobLeaseRenew and JobExpireLeases, and the step
+# ledger of seed 004's JobRunStore (beginStep, recordStep, commitPass) fenced
+# with hopper's claim. Engines implement them in ``engine/*/leases.py`` and
+# ``engine/*/steps.py``. Every write is conditional on the claim that makes it:
+# the client and fence, or, for a job claimed by ID, the lease token and fence
+# (the one ownership test, spelled in each statement as the finalize spells it).
+
+
+@dataclass(slots=True, frozen=True)
+class LeaseFence:
+    """A job lease: the random token the claim by ID generated, and the claim's fence."""
+
+    token: JobID
+    fence: int
+
+
+@dataclass(slots=True, frozen=True)
+class JobClaimByIDParams:
+    id: JobID
+    #: The fence the job must have (0 for a job never claimed); another raises JobFenced.
+    fence: int
+    #: The lease's time to live from each claim or renewal (at least a microsecond).
+    ttl: dt.timedelta
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class JobLeaseRow:
+    #: The job as claimed: running with no owning client, attempt and fence incremented.
+    job: JobRow
+    lease: LeaseFence
+    expires_at: dt.datetime
+
+
+@dataclass(slots=True, frozen=True)
+class JobLeaseRenewParams:
+    id: JobID
+    lease: LeaseFence
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class JobLeaseStatus:
+    #: The lease's new expiry, by database time.
+    expires_at: dt.datetime
+    #: job_cancel was called on the job.
+    cancel_requested: bool
+
+
+@dataclass(slots=True, frozen=True)
+class JobExpireLeasesParams:
+    limit: int
+    #: The expiring client (the leader), whose own lease must be live.
+    client_id: int
+    #: The least time a lease is given past a client's start.
+    grace: dt.timedelta = dt.timedelta(0)
+    now: dt.datetime | None = None
+
+
+#: The error recorded on a job whose lease expired.
+LEASE_EXPIRED_ERROR = "job lease expired"
+
+
+def lease_expiry_result(job: JobRow, token: JobID) -> JobFinalize:
+    """Return how an expired lease ends ``job``'s attempt: the rule, written once.
+
+    Canceled if a cancel was requested, else discarded on the last attempt,
+    else retryable at once (the holder is gone; a backoff would only delay the
+    takeover). Fenced to the lease, so a holder that finishes first wins.
+    """
+    err = AttemptError(
+        at=None,
+        attempt=job.attempt,
+        error=LEASE_EXPIRED_ERROR,
+        fence=job.fence,
+        rescue=RescueReason.LEASE_EXPIRED,
+    )
+    if job.cancel_requested_at is not None:
+        state = "canceled"
+    elif job.attempt >= job.max_attempts:
+        state = "discarded"
+    else:
+        state = "retryable"
+    return JobFinalize(
+        id=job.id,
+        attempted_by=None,
+        fence=job.fence,
+        state=state,
+        error=err,
+        lease_token=token,
+    )
+
+
+@dataclass(slots=True)
+class JobStepRow:
+    """One named step of a resumable job's current pass (table hopper_job_step)."""
+
+    job_id: JobID
+    step: str
+    #: True once the step succeeded; ``result`` is then its memoized value.
+    done: bool
+    result: JSON = None
+    #: Tries recorded, failed or not, across the passes since the last commit.
+    attempts: int = 0
+    last_error: str | None = None
+    recorded_at: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobStepGetParams:
+    """Read one step at a step boundary, as the attempt that claimed the job."""
+
+    id: JobID
+    step: str
+    #: The claim: client and fence, or lease_token and fence for a job claimed by ID.
+    attempted_by: int | None
+    fence: int
+    lease_token: JobID | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobStepRecordParams:
+    """Record one try of a step: its result when ``done``, its error otherwise."""
+
+    id: JobID
+    step: str
+    attempted_by: int | None
+    fence: int
+    done: bool
+    result: JSON = None
+    error: str | None = None
+    lease_token: JobID | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobStepsClearParams:
+    """Drop the ledger of a job's pass (the commit of a pass drops it with the cursor)."""
+
+    id: JobID
+    attempted_by: int | None
+    fence: int
+    lease_token: JobID | None = None
+    #: Also set the running job's attempt to 1, so that the snooze which ends a
+    #: committed pass gives it back to 0: attempts then count consecutive failed
+    #: passes (seed 004: a committed pass clears the attempts).
+    reset_attempt: bool = False
+    now: dt.datetime | None = None
+
+
+class LeaseStepContract(ABC):
+    """Job leases and the step ledger (seed ``JobClaimByID`` ... and seed 004)."""
+
+    @abstractmethod
+    def job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow:
+        """Claim a waiting job (available, scheduled or retryable, whatever its
+        schedule) by ID under a job lease with a token the database generates.
+
+        The job runs with no owning client, attempt and fence incremented. The
+        queue's pause, the TTL and the ordering key apply; queue limits do not.
+        Raises, first that applies: NotFound (neither live nor history),
+        JobNotClaimable (in history), JobFenced (live at another fence),
+        JobRunning (running at ``fence``), JobNotClaimable (pending, past its
+        TTL, queue paused, or not its ordering key's head). Waits for the row
+        if another transaction holds it.
+        """
+
+    @abstractmethod
+    def job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus:
+        """Extend a job lease by its TTL from database now; report a cancel request.
+
+        Raises JobFenced once the lease is no longer the job's. Succeeds until
+        an expiry is applied, not only until ``expires_at``.
+        """
+
+    @abstractmethod
+    def job_expire_leases(self, params: JobExpireLeasesParams) -> list[JobRow]:
+        """End the attempts of up to ``limit`` jobs whose leases are due.
+
+        Due: at the lease's expiry, or, if a client with a live lease started
+        after the lease was last renewed (and no later than now), at the first
+        such start plus the larger of the lease's TTL and ``grace``, if later.
+        Each ends as :func:`lease_expiry_result` says. Expires nothing unless
+        ``client_id``'s own lease is live. Returns the jobs as they are afterwards.
+        """
+
+    @abstractmethod
+    def job_step_get(self, params: JobStepGetParams) -> JobStepRow | None:
+        """Return a step's ledger row (None if never tried), as the claim that owns the job.
+
+        A step boundary: renews the job's lease in the same transaction when
+        the claim is a lease. Raises JobFenced if the claim no longer owns the job.
+        """
+
+    @abstractmethod
+    def job_step_record(self, params: JobStepRecordParams) -> JobStepRow:
+        """Record one try of a step, conditional on the claim still owning the job.
+
+        Attempts grow by one; ``done`` stores the result (kept thereafter), an
+        error is kept as ``last_error``. Renews the lease in the same
+        transaction when the claim is a lease. Raises JobFenced, writing
+        nothing, if the claim lost the job.
+        """
+
+    @abstractmethod
+    def job_steps_clear(self, params: JobStepsClearParams) -> int:
+        """Drop a job's step ledger as the claim that owns it; return the rows dropped.
+
+        Raises JobFenced, dropping nothing, if the claim lost the job (a stale
+        pass must not empty the ledger of the pass that took the job over).
+        """
+
+    @abstractmethod
+    def job_steps(self, id: JobID) -> list[JobStepRow]:
+        """Return a job's step ledger in the order the steps were first tried (no fence)."""
+
+
+# == pub/sub and streams =======================================================
+#
+# The seed's SubscriptionUpsert, SubscriptionList, MessagePublish and
+# StreamAppend, StreamRead, StreamConsumerUpsert, StreamConsumerList,
+# StreamConsumerSeek, StreamPump (plus a retention prune of stream events).
+# Engines implement them in ``engine/*/pubsub.py`` and ``engine/*/streams.py``.
+# The rules that need no database (what a topic and a pattern are, how a
+# pattern matches, what a delivery job looks like) are written once, in
+# :mod:`django_hopper.engine.topics`; what a pump may deliver without skipping
+# a late commit is each engine's SQL (docs/pubsub-and-streams.md).
+
+
+class StreamStart:
+    """Where a new stream consumer starts (seed ``StreamStart``)."""
+
+    #: Before every retained event.
+    EARLIEST = "earliest"
+    #: Past every event appended so far (the default).
+    LATEST = "latest"
+
+    ALL: ClassVar[tuple[str, ...]] = (EARLIEST, LATEST)
+
+
+@dataclass(slots=True)
+class SubscriptionRow:
+    name: str
+    #: An AMQP topic pattern: words separated by '.', '*' one word, '#' zero or more.
+    pattern: str
+    #: The delivery job's kind (a ``@job`` function called as ``fn(message)``).
+    kind: str
+    queue: str = "default"
+    #: The deliveries' retry budget, or 0 for the default (25, or 10 with an
+    #: ordering key).
+    max_attempts: int = 0
+    #: Merged into every delivery's metadata.
+    metadata: JSON = field(default_factory=dict)
+    created_at: dt.datetime | None = None
+    updated_at: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class MessagePublishParams:
+    topic: str
+    payload: JSON = None
+    #: Stored in each delivery's metadata (``metadata["headers"]``) and message.
+    headers: Mapping[str, str] = field(default_factory=dict)
+    #: Serializes deliveries with the same key per queue.
+    ordering_key: str | None = None
+    #: Makes the publish idempotent while an earlier delivery is live: each
+    #: delivery's unique key is ``<subscription>:<dedup_key>``.
+    dedup_key: str | None = None
+    #: Schedules the deliveries this long after database now.
+    delay: dt.timedelta | None = None
+    #: Sets each delivery's expires_at, as JobInsertParams.ttl does.
+    ttl: dt.timedelta | None = None
+    priority: int = 0
+    awaited: bool = False
+    #: Wake workers on the delivery queues once the publish commits.
+    notify: bool = False
+    #: Pre-generated message ID; the engine generates one (UUIDv7 hex) when None.
+    message_id: str | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True, order=True)
+class StreamPosition:
+    """A place in the stream log: (transaction id, sequence).
+
+    On an engine with ``supports_xid_streams`` ``xid`` is the appending
+    transaction's id; elsewhere it is 0 and ``seq`` alone orders the log.
+    """
+
+    xid: int = 0
+    seq: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.xid or self.seq)
+
+
+@dataclass(slots=True)
+class StreamEvent:
+    position: StreamPosition
+    topic: str
+    payload: JSON = None
+    #: If set, the ordering key of the event's deliveries.
+    key: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    message_id: str = ""
+    created_at: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class StreamAppendParams:
+    topic: str
+    payload: JSON = None
+    key: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    #: Signal CHANNEL_STREAM (delivered at commit).
+    notify: bool = False
+    #: Pre-generated message ID; the engine generates one (UUIDv7 hex) when None.
+    message_id: str | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class StreamReadParams:
+    #: An AMQP topic pattern; empty matches every topic.
+    pattern: str = ""
+    after: StreamPosition = StreamPosition()
+    limit: int = 100
+
+
+@dataclass(slots=True)
+class StreamConsumerRow:
+    name: str
+    pattern: str
+    kind: str
+    queue: str = "default"
+    #: The deliveries' retry budget, or 0 for the default (25, or 10 for
+    #: events with a key).
+    max_attempts: int = 0
+    metadata: JSON = field(default_factory=dict)
+    #: Applies when the consumer is created (StreamStart).
+    start: str = StreamStart.LATEST
+    #: The engine's record of what the consumer has read: with
+    #: ``supports_xid_streams`` the pg_snapshot every delivered transaction is
+    #: visible in; None elsewhere.
+    snapshot: str | None = None
+    #: The last event delivered of the delta being read (see the docs); with a
+    #: single writer, the last event delivered or skipped.
+    position: StreamPosition = StreamPosition()
+    delivered_at: dt.datetime | None = None
+    created_at: dt.datetime | None = None
+    updated_at: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class StreamSeekParams:
+    """Exactly one of the four: where the consumer reads from next."""
+
+    #: The next event delivered is the one after it.
+    position: StreamPosition | None = None
+    #: Just before the first event appended at or after this time.
+    time: dt.datetime | None = None
+    #: Before every retained event.
+    earliest: bool = False
+    #: Past every event appended so far.
+    latest: bool = False
+
+
+@dataclass(slots=True)
+class StreamPumpResult:
+    delivered: int = 0
+    #: The consumer's position afterwards.
+    position: StreamPosition = StreamPosition()
+    #: Queues that received deliveries.
+    queues: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True, frozen=True)
+class StreamPruneParams:
+    #: Events created longer ago than this (by database time) are deleted.
+    retention: dt.timedelta
+    #: At most this many per call.
+    limit: int = 5_000
+    now: dt.datetime | None = None
+
+
+class PubSubContract(ABC):
+    """Subscriptions and publishing: every engine implements each of these."""
+
+    @abstractmethod
+    def subscription_upsert(
+        self, rows: Sequence[SubscriptionRow], now: dt.datetime | None = None
+    ) -> None:
+        """Record subscriptions, updating pattern, kind, queue and settings by name."""
+
+    @abstractmethod
+    def subscription_list(self) -> list[SubscriptionRow]:
+        """Return every subscription, by name."""
+
+    @abstractmethod
+    def message_publish(self, params: MessagePublishParams) -> list[JobInsertResult]:
+        """Insert one delivery per subscription whose pattern matches the topic, in
+        one insert statement of the caller's transaction; return them in
+        subscription-name order. A delivery whose dedup key matches a live one is
+        returned as a duplicate."""
+
+
+class StreamsContract(ABC):
+    """The stream log and its consumers: every engine implements each of these."""
+
+    @abstractmethod
+    def stream_append(self, params: StreamAppendParams) -> StreamEvent:
+        """Append one event and return it with its position."""
+
+    @abstractmethod
+    def stream_read(self, params: StreamReadParams) -> list[StreamEvent]:
+        """Page through committed events after a position whose topic matches, in
+        position order. For browsing: a consumer is what never misses a late commit."""
+
+    @abstractmethod
+    def stream_consumer_upsert(
+        self, rows: Sequence[StreamConsumerRow], now: dt.datetime | None = None
+    ) -> None:
+        """Record consumers, updating pattern, kind, queue and settings by name; a
+        new consumer starts at its ``start``; an existing one keeps its position."""
+
+    @abstractmethod
+    def stream_consumer_list(self) -> list[StreamConsumerRow]:
+        """Return every consumer with its position, by name."""
+
+    @abstractmethod
+    def stream_consumer_seek(self, name: str, params: StreamSeekParams) -> StreamConsumerRow:
+        """Move a consumer: events after the new position are delivered (again).
+        Raises NotFound for an unknown consumer."""
+
+    @abstractmethod
+    def stream_pump(
+        self, name: str, limit: int, now: dt.datetime | None = None
+    ) -> StreamPumpResult:
+        """Turn up to ``limit`` events after a consumer's position into delivery jobs
+        and advance the position, atomically; two pumps of one consumer serialize on
+        its row. Never skips an event whose transaction commits late. Raises NotFound
+        for an unknown consumer."""
+
+    @abstractmethod
+    def stream_prune(self, params: StreamPruneParams) -> int:
+        """Delete up to ``limit`` events older than the retention; return how many."""
+
+
+def claim_by_id_refusal(status: str, id: JobID) -> Exception:
+    """Return the error a claim by ID refused with ``status`` raises (the engines'
+    statements name the first rule that applies; the words are written here once)."""
+    from django_hopper.exceptions import JobFenced, JobNotClaimable, JobRunning, NotFound
+
+    if status == "not_found":
+        return NotFound(f"job {id} does not exist")
+    if status == "finished":
+        return JobNotClaimable(f"job {id} has finished; retry it to run it again")
+    if status == "fenced":
+        return JobFenced(f"job {id} is at another fence: another claim took it")
+    if status == "running":
+        return JobRunning(f"job {id} is running")
+    return JobNotClaimable(
+        f"job {id} cannot be claimed now: pending, past its TTL, in a paused queue, "
+        "or behind an older job of its ordering key"
+    )
+
+
+def step_from_row(job_id: JobID, step: str, result: JSON, attempts: int,
+                  last_error: str | None, recorded_at: dt.datetime | None) -> JobStepRow:
+    """Build a step row from the stored columns: ``result`` is ``{"value": ...}`` once done."""
+    done = result is not None
+    return JobStepRow(
+        job_id=job_id,
+        step=step,
+        done=done,
+        result=result.get("value") if done and isinstance(result, dict) else None,
+        attempts=int(attempts or 0),
+        last_error=last_error,
+        recorded_at=recorded_at,
+    )

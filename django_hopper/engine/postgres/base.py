@@ -12,8 +12,12 @@ from django_hopper.engine.postgres.batches import BatchesMixin
 from django_hopper.engine.postgres.clients import ClientsMixin
 from django_hopper.engine.postgres.history import PostgresPeriodicHistoryMixin
 from django_hopper.engine.postgres.jobs import JobsMixin
+from django_hopper.engine.postgres.leases import LeasesMixin
+from django_hopper.engine.postgres.pubsub import PubSubMixin
 from django_hopper.engine.postgres.queues import QueuesMixin
 from django_hopper.engine.postgres.stats import StatsMixin
+from django_hopper.engine.postgres.steps import StepsMixin
+from django_hopper.engine.postgres.streams import StreamsMixin
 from django_hopper.engine.postgres.workflows import WorkflowsMixin
 
 
@@ -25,6 +29,10 @@ class PostgresEngine(
     PostgresPeriodicHistoryMixin,
     BatchesMixin,
     WorkflowsMixin,
+    LeasesMixin,
+    StepsMixin,
+    PubSubMixin,
+    StreamsMixin,
 ):
     """Hopper on PostgreSQL: SKIP LOCKED claims, COPY inserts, LISTEN/NOTIFY wake-ups."""
 
@@ -36,4 +44,5 @@ class PostgresEngine(
         supports_history_partitions=True,
         supports_skip_locked=True,
         supports_json_indexes=True,
+        supports_xid_streams=True,
     )

@@ -7,8 +7,12 @@ from django_hopper.engine.sqlite.batches import BatchesMixin
 from django_hopper.engine.sqlite.clients import ClientsMixin
 from django_hopper.engine.sqlite.history import SQLitePeriodicHistoryMixin
 from django_hopper.engine.sqlite.jobs import JobsMixin
+from django_hopper.engine.sqlite.leases import LeasesMixin
+from django_hopper.engine.sqlite.pubsub import PubSubMixin
 from django_hopper.engine.sqlite.queues import QueuesMixin
 from django_hopper.engine.sqlite.stats import StatsMixin
+from django_hopper.engine.sqlite.steps import StepsMixin
+from django_hopper.engine.sqlite.streams import StreamsMixin
 from django_hopper.engine.sqlite.workflows import WorkflowsMixin
 
 
@@ -20,6 +24,10 @@ class SQLiteEngine(
     SQLitePeriodicHistoryMixin,
     BatchesMixin,
     WorkflowsMixin,
+    LeasesMixin,
+    StepsMixin,
+    PubSubMixin,
+    StreamsMixin,
 ):
     """The embedded engine: polling for wake-ups, a single writer for exclusivity.
 

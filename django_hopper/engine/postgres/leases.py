@@ -1,0 +1,85 @@
+"""Job leases of the PostgreSQL engine: claim by ID, renewal and expiry.
+
+The token is generated in the claim statement (``gen_random_uuid()``). The
+expiry selects the due leases with SKIP LOCKED and ends each attempt through
+the ordinary finalize, fenced to the lease, so history, batches, workflow
+dependents and done notifications follow the one path every result takes.
+"""
+
+from __future__ import annotations
+
+from django_hopper.engine.base import (
+    JobClaimByIDParams,
+    JobExpireLeasesParams,
+    JobFinalizeParams,
+    JobLeaseRenewParams,
+    JobLeaseRow,
+    JobLeaseStatus,
+    JobListParams,
+    JobRow,
+    LeaseFence,
+    LeaseStepContract,
+    claim_by_id_refusal,
+    lease_expiry_result,
+)
+from django_hopper.engine.postgres.convert import JOB_WIDTH, job_from_row
+from django_hopper.engine.postgres.support import PostgresSupport, db_errors
+from django_hopper.engine.postgres.workflows import attach_dependencies
+from django_hopper.exceptions import InvalidJob, JobFenced
+
+_MICROSECOND = 1e-6
+
+
+class LeasesMixin(PostgresSupport, LeaseStepContract):
+    """job_claim_by_id, job_lease_renew and job_expire_leases."""
+
+    def job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow:
+        """Lock the job's row (waiting for a holder), then claim it or say why not."""
+        if params.ttl.total_seconds() < _MICROSECOND:
+            raise InvalidJob(f"ttl must be at least a microsecond, not {params.ttl}", field="ttl")
+        values = {"id": params.id, "fence": params.fence, "ttl": params.ttl, "now": params.now}
+        with db_errors(), self._atomic():
+            self._fetchone("job_claim_by_id.lock", values)
+            row = self._fetchone("job_claim_by_id", values)
+        if row is None or row[0] != "claimed":
+            raise claim_by_id_refusal(row[0] if row else "not_found", params.id)
+        job = job_from_row(row[1 : 1 + JOB_WIDTH])
+        token, expires_at = row[1 + 25], row[1 + 26]
+        job = attach_dependencies(self, [job])[0]
+        return JobLeaseRow(job=job, lease=LeaseFence(token, job.fence), expires_at=expires_at)
+
+    def job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus:
+        """Extend the lease by its TTL; JobFenced once it is no longer the job's."""
+        row = self._fetchone(
+            "job_lease_renew",
+            {
+                "id": params.id,
+                "fence": params.lease.fence,
+                "token": params.lease.token,
+                "now": params.now,
+            },
+        )
+        if row is None:
+            raise JobFenced(f"the lease of job {params.id} is no longer the job's")
+        return JobLeaseStatus(expires_at=row[0], cancel_requested=bool(row[1]))
+
+    def job_expire_leases(self, params: JobExpireLeasesParams) -> list[JobRow]:
+        """End the attempts of the due leases, fenced to each lease, in one transaction."""
+        if params.limit <= 0:
+            return []
+        values = {
+            "client_id": params.client_id,
+            "grace": params.grace,
+            "limit": params.limit,
+            "now": params.now,
+        }
+        with db_errors(), self._atomic():
+            rows = self._fetchall("job_expire_leases", values)
+            if not rows:
+                return []
+            results = [lease_expiry_result(job_from_row(r), r[25]) for r in rows]
+            applied = self.job_finalize_many(JobFinalizeParams(jobs=results, now=params.now))
+        ids = tuple(f.id for f in applied)
+        if not ids:
+            return []
+        return self.job_list(JobListParams(ids=ids, limit=len(ids)))

@@ -1,0 +1,36 @@
+-- Pub/sub queries of the PostgreSQL engine: subscriptions and publishing.
+--
+-- A publish reads the subscriptions, matches their patterns against the topic
+-- in Python (django_hopper.engine.topics, shared with SQLite), and inserts the
+-- deliveries with job_insert_many's one statement, in the caller's transaction.
+
+-- name: subscription_upsert
+-- Upsert by name; the rows arrive as one array per column, names distinct.
+INSERT INTO hopper_subscription AS s
+    (name, pattern, kind, queue, max_attempts, metadata, created_at, updated_at)
+SELECT r.name, r.pattern, r.kind, r.queue, r.max_attempts, r.metadata::jsonb, c.now, c.now
+FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS now) AS c,
+     unnest(%(names)s::text[], %(patterns)s::text[], %(kinds)s::text[], %(queues)s::text[],
+            %(max_attempts)s::int[], %(metadata)s::text[])
+         AS r(name, pattern, kind, queue, max_attempts, metadata)
+ON CONFLICT (name) DO UPDATE
+SET pattern = excluded.pattern,
+    kind = excluded.kind,
+    queue = excluded.queue,
+    max_attempts = excluded.max_attempts,
+    metadata = excluded.metadata,
+    updated_at = excluded.updated_at
+
+-- name: subscription_list
+SELECT name, pattern, kind, queue, max_attempts, metadata, created_at, updated_at
+FROM hopper_subscription
+ORDER BY name
+
+-- name: message_publish
+-- The subscriptions a publish matches against (a small table), with the clock
+-- a delayed publish schedules from.
+SELECT s.name, s.pattern, s.kind, s.queue, s.max_attempts, s.metadata, s.created_at,
+       s.updated_at, c.now
+FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS now) AS c
+LEFT JOIN hopper_subscription AS s ON true
+ORDER BY s.name

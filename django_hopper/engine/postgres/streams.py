@@ -1,0 +1,298 @@
+"""Stream methods of the PostgreSQL engine; SQL in ``queries/streams.sql``.
+
+Positions come from transaction ids, so that a consumer never skips an event
+whose transaction commits late (docs/pubsub-and-streams.md has the whole
+argument). The one piece of arithmetic done here rather than in SQL is
+:func:`advance`: the snapshot a pump stores when it delivered only part of
+the events it could see.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django_hopper.engine import topics
+from django_hopper.engine.base import (
+    CHANNEL_STREAM,
+    JobInsertOpts,
+    StreamAppendParams,
+    StreamConsumerRow,
+    StreamEvent,
+    StreamPosition,
+    StreamPruneParams,
+    StreamPumpResult,
+    StreamReadParams,
+    StreamsContract,
+    StreamSeekParams,
+    StreamStart,
+)
+from django_hopper.engine.postgres import convert
+from django_hopper.engine.postgres.support import PostgresSupport
+from django_hopper.exceptions import InvalidJob, NotFound
+from django_hopper.ids import new_id
+
+#: The snapshot in which no transaction is visible: a consumer at the earliest.
+EARLIEST_SNAPSHOT = "1:1:"
+
+
+@dataclass(slots=True, frozen=True)
+class Snapshot:
+    """A pg_snapshot: transactions below ``xmax`` and not in ``xip`` are visible."""
+
+    xmin: int
+    xmax: int
+    xip: frozenset[int]
+
+    @classmethod
+    def parse(cls, text: str) -> Snapshot:
+        """Parse pg_snapshot's text form ``xmin:xmax:xip1,xip2``."""
+        xmin, xmax, xip = text.split(":")
+        return cls(int(xmin), int(xmax), frozenset(int(x) for x in xip.split(",") if x))
+
+    def __str__(self) -> str:
+        return f"{self.xmin}:{self.xmax}:{','.join(str(x) for x in sorted(self.xip))}"
+
+    def without(self, xid: int | None) -> Snapshot:
+        """Return the snapshot with ``xid`` (a transaction not yet committed) invisible.
+
+        PostgreSQL leaves the current transaction out of its own snapshot's
+        in-progress list; a pump must not record it as read.
+        """
+        if xid is None or xid >= self.xmax or xid in self.xip:
+            return self
+        return Snapshot(min(self.xmin, xid), self.xmax, self.xip | {xid})
+
+
+def advance(stored: Snapshot, current: Snapshot, xid: int) -> Snapshot:
+    """Return the snapshot to store after delivering the delta only up to ``xid``.
+
+    The delta is the transactions visible in ``current`` and not in
+    ``stored``, delivered in xid order; those below ``xid`` were delivered
+    whole, ``xid`` in part (the position says how far). The result sees what
+    ``stored`` saw plus the delta below ``xid``, and nothing else: in-progress
+    transactions (``current.xip``), the stored snapshot's unread ones from
+    ``xid`` on, and ``xid`` itself stay invisible, so each is delivered once
+    it commits, however late. Every xid below the result's xmin has finished.
+    """
+    xmax = max(stored.xmax, xid + 1)
+    xip = {x for x in current.xip if x < xmax}
+    xip |= {x for x in stored.xip if xid <= x < xmax}
+    xip.add(xid)
+    return Snapshot(min(xip), xmax, frozenset(xip))
+
+
+def event_from_row(r: Sequence[Any]) -> StreamEvent:
+    """Build a StreamEvent from (seq, xid, topic, key, payload, headers, message_id,
+    created_at)."""
+    return StreamEvent(
+        position=StreamPosition(xid=int(r[1]), seq=int(r[0])),
+        topic=r[2],
+        key=r[3],
+        payload=convert.load_json(r[4]),
+        headers=convert.load_json(r[5]) or {},
+        message_id=r[6],
+        created_at=r[7],
+    )
+
+
+def consumer_from_row(r: Sequence[Any]) -> StreamConsumerRow:
+    """Build a StreamConsumerRow from the consumer columns the queries select."""
+    return StreamConsumerRow(
+        name=r[0],
+        pattern=r[1],
+        kind=r[2],
+        queue=r[3],
+        max_attempts=int(r[4]),
+        metadata=convert.load_json(r[5]) or {},
+        start=r[6],
+        snapshot=r[7],
+        position=StreamPosition(xid=int(r[8]), seq=int(r[9])),
+        delivered_at=r[10],
+        created_at=r[11],
+        updated_at=r[12],
+    )
+
+
+class StreamsMixin(PostgresSupport, StreamsContract):
+    """The stream log and its consumers, read through snapshots."""
+
+    def stream_append(self, params: StreamAppendParams) -> StreamEvent:
+        """Append one event stamped with the current transaction's id."""
+        params = topics.check_append(params)
+        message_id = params.message_id or new_id().hex
+        row = self._fetchone(
+            "stream_append",
+            {
+                "topic": params.topic,
+                "key": params.key,
+                "payload": convert.dump_json(params.payload, "payload"),
+                "headers": convert.dump_json(dict(params.headers), "headers"),
+                "message_id": message_id,
+                "now": params.now,
+                "notify": bool(params.notify),
+                "channel": CHANNEL_STREAM,
+            },
+        )
+        assert row is not None
+        return StreamEvent(
+            position=StreamPosition(xid=int(row[1]), seq=int(row[0])),
+            topic=params.topic,
+            key=params.key,
+            payload=params.payload,
+            headers=dict(params.headers),
+            message_id=message_id,
+            created_at=row[2],
+        )
+
+    def stream_read(self, params: StreamReadParams) -> list[StreamEvent]:
+        """Page through committed events after a position, in position order."""
+        params = topics.check_read(params)
+        if params.limit == 0:
+            return []
+        rows = self._fetchall(
+            "stream_read",
+            {
+                "xid": params.after.xid,
+                "seq": params.after.seq,
+                "regex": topics.pattern_regex(params.pattern),
+                "limit": params.limit,
+            },
+        )
+        return [event_from_row(r) for r in rows]
+
+    def stream_consumer_upsert(
+        self, rows: Sequence[StreamConsumerRow], now: dt.datetime | None = None
+    ) -> None:
+        """Upsert consumers in one statement; a new one starts at its snapshot."""
+        checked = {r.name: r for r in (topics.check_consumer(r) for r in rows)}
+        if not checked:
+            return
+        consumers = list(checked.values())
+        self._execute(
+            "stream_consumer_upsert",
+            {
+                "now": now,
+                "names": [c.name for c in consumers],
+                "patterns": [c.pattern for c in consumers],
+                "kinds": [c.kind for c in consumers],
+                "queues": [c.queue for c in consumers],
+                "max_attempts": [c.max_attempts for c in consumers],
+                "metadata": [convert.dump_json(c.metadata, "metadata") for c in consumers],
+                "starts": [c.start for c in consumers],
+            },
+        )
+
+    def stream_consumer_list(self) -> list[StreamConsumerRow]:
+        """Return every consumer with its snapshot and position."""
+        return [consumer_from_row(r) for r in self._fetchall("stream_consumer_list", {})]
+
+    def stream_consumer_seek(self, name: str, params: StreamSeekParams) -> StreamConsumerRow:
+        """Move a consumer by storing the snapshot and position the seek implies.
+
+        A position (x, s) becomes the snapshot ``x:x:`` (every transaction
+        before x read, none from x on) with the events of x up to s read; a
+        time seeks to just before the first event at or after it.
+        """
+        mode = topics.check_seek(params)
+        snapshot: str | None
+        xid = seq = 0
+        if mode == StreamStart.EARLIEST:
+            snapshot = EARLIEST_SNAPSHOT
+        elif mode == StreamStart.LATEST:
+            snapshot = None
+        else:
+            target: tuple[int, int] | None
+            if mode == "position":
+                assert params.position is not None
+                target = (params.position.xid, params.position.seq)
+            else:
+                row = self._fetchone("stream_consumer_seek.time", {"time": params.time})
+                target = (int(row[0]), int(row[1]) - 1) if row else None
+            if target is None:
+                snapshot = None
+            else:
+                xid, seq = target
+                first = max(xid, 1)
+                snapshot = f"{first}:{first}:"
+        row = self._fetchone(
+            "stream_consumer_seek", {"name": name, "snapshot": snapshot, "xid": xid, "seq": seq}
+        )
+        if row is None:
+            raise NotFound(f"no stream consumer is named {name!r}")
+        return consumer_from_row(row)
+
+    def stream_pump(
+        self, name: str, limit: int, now: dt.datetime | None = None
+    ) -> StreamPumpResult:
+        """Deliver up to ``limit`` events of the consumer's delta and store how far it got.
+
+        Locks the consumer's row first, so a second pump waits and then reads
+        the snapshot this one stored. The events come with the snapshot of
+        the statement that read them: delivering all of them stores that
+        snapshot (position zero); delivering only ``limit`` stores
+        :func:`advance`'s, with the last event's position.
+        """
+        topics.check_limit(limit)
+        with self._atomic():
+            row = self._fetchone("stream_pump", {"name": name})
+            if row is None:
+                raise NotFound(f"no stream consumer is named {name!r}")
+            consumer = consumer_from_row(row)
+            if limit == 0:
+                return StreamPumpResult(position=consumer.position)
+            stored = Snapshot.parse(consumer.snapshot or EARLIEST_SNAPSHOT)
+            rows = self._fetchall(
+                "stream_pump.events",
+                {
+                    "xmin": stored.xmin,
+                    "snapshot": str(stored),
+                    "xid": consumer.position.xid,
+                    "seq": consumer.position.seq,
+                    "regex": topics.pattern_regex(consumer.pattern),
+                    "limit": limit,
+                },
+            )
+            current = Snapshot.parse(rows[0][0]).without(rows[0][1])
+            events = [event_from_row(r[2:]) for r in rows if r[2] is not None]
+            if len(events) < limit:
+                snapshot, position = str(current), StreamPosition()
+            else:
+                last = events[-1].position
+                snapshot = str(advance(stored, current, last.xid))
+                position = last
+            if events:
+                self.job_insert_many(
+                    topics.event_deliveries(consumer, events), JobInsertOpts(notify=True, now=now)
+                )
+            self._execute(
+                "stream_pump.advance",
+                {
+                    "name": name,
+                    "snapshot": snapshot,
+                    "xid": position.xid,
+                    "seq": position.seq,
+                    "delivered": bool(events),
+                    "now": now,
+                },
+            )
+        return StreamPumpResult(
+            delivered=len(events),
+            position=position,
+            queues=[consumer.queue] if events else [],
+        )
+
+    def stream_prune(self, params: StreamPruneParams) -> int:
+        """Delete one chunk of events past retention."""
+        topics.check_limit(params.limit)
+        if not isinstance(params.retention, dt.timedelta) or params.retention < dt.timedelta(0):
+            raise InvalidJob(
+                f"retention must be a non-negative timedelta, not {params.retention!r}",
+                field="retention",
+            )
+        return self._execute(
+            "stream_prune",
+            {"now": params.now, "retention": params.retention, "limit": params.limit},
+        )

@@ -1,0 +1,100 @@
+"""Pub/sub methods of the SQLite engine; SQL in ``queries/pubsub.sql``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from django_hopper.engine import topics
+from django_hopper.engine.base import (
+    JobInsertOpts,
+    JobInsertResult,
+    MessagePublishParams,
+    PubSubContract,
+    SubscriptionRow,
+)
+from django_hopper.engine.sqlite.convert import _loads, dumps, from_db_time
+from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
+from django_hopper.ids import new_id
+
+
+def load_object(value: Any) -> Any:
+    """Read a JSON column that Django may or may not have decoded already."""
+    if isinstance(value, str):
+        return _loads(value)
+    return value
+
+
+def subscription_from_row(r: Sequence[Any]) -> SubscriptionRow:
+    """Build a SubscriptionRow from (name, pattern, kind, queue, max_attempts, metadata,
+    created_at, updated_at)."""
+    return SubscriptionRow(
+        name=r[0],
+        pattern=r[1],
+        kind=r[2],
+        queue=r[3],
+        max_attempts=int(r[4]),
+        metadata=load_object(r[5]) or {},
+        created_at=from_db_time(r[6]),
+        updated_at=from_db_time(r[7]),
+    )
+
+
+class PubSubMixin(SQLiteSupport, PubSubContract):
+    """subscription_upsert, subscription_list and message_publish."""
+
+    @translate_errors
+    def subscription_upsert(
+        self, rows: Sequence[SubscriptionRow], now: dt.datetime | None = None
+    ) -> None:
+        """Upsert subscriptions in one transaction; of two rows with one name the last wins."""
+        checked = {r.name: r for r in (topics.check_subscription(r) for r in rows)}
+        if not checked:
+            return
+        _, now_s = self._now(now)
+        with self._atomic(), self._cursor() as c:
+            c.executemany(
+                Q["subscription_upsert"],
+                [
+                    {
+                        "name": s.name,
+                        "pattern": s.pattern,
+                        "kind": s.kind,
+                        "queue": s.queue,
+                        "max_attempts": s.max_attempts,
+                        "metadata": dumps(s.metadata, "metadata"),
+                        "now": now_s,
+                    }
+                    for s in checked.values()
+                ],
+            )
+
+    @translate_errors
+    def subscription_list(self) -> list[SubscriptionRow]:
+        """Return every subscription, by name."""
+        with self._cursor() as c:
+            c.execute(Q["subscription_list"])
+            return [subscription_from_row(r) for r in c.fetchall()]
+
+    @translate_errors
+    def message_publish(self, params: MessagePublishParams) -> list[JobInsertResult]:
+        """Match the subscriptions in Python and insert the deliveries in one statement.
+
+        The read and the insert share one transaction (the caller's, if any),
+        which as SQLite's one writer no other transaction can interleave with.
+        """
+        params = topics.check_publish(params)
+        now, _ = self._now(params.now)
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["message_publish"])
+            subs = [subscription_from_row(r) for r in c.fetchall()]
+            scheduled_at = now + params.delay if params.delay else None
+            deliveries = topics.publish_deliveries(
+                subs, params, params.message_id or new_id().hex, scheduled_at
+            )
+            if not deliveries:
+                return []
+            return self.job_insert_many(
+                deliveries, JobInsertOpts(notify=params.notify, now=params.now)
+            )

@@ -1,0 +1,234 @@
+"""Stream methods of the SQLite engine; SQL in ``queries/streams.sql``.
+
+SQLite has one writer at a time, so an event's seq is taken under the write
+lock and seq order is commit order: a consumer's position is the last seq it
+has read, and no event can commit behind it later.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from django_hopper.engine import topics
+from django_hopper.engine.base import (
+    JobInsertOpts,
+    StreamAppendParams,
+    StreamConsumerRow,
+    StreamEvent,
+    StreamPosition,
+    StreamPruneParams,
+    StreamPumpResult,
+    StreamReadParams,
+    StreamsContract,
+    StreamSeekParams,
+)
+from django_hopper.engine.sqlite.convert import db_time, dumps, from_db_time
+from django_hopper.engine.sqlite.pubsub import load_object
+from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
+from django_hopper.exceptions import InvalidJob, NotFound
+from django_hopper.ids import new_id
+
+
+def event_from_row(r: Sequence[Any]) -> StreamEvent:
+    """Build a StreamEvent from (seq, xid, topic, key, payload, headers, message_id,
+    created_at)."""
+    return StreamEvent(
+        position=StreamPosition(xid=int(r[1]), seq=int(r[0])),
+        topic=r[2],
+        key=r[3],
+        payload=load_object(r[4]),
+        headers=load_object(r[5]) or {},
+        message_id=r[6],
+        created_at=from_db_time(r[7]),
+    )
+
+
+def consumer_from_row(r: Sequence[Any]) -> StreamConsumerRow:
+    """Build a StreamConsumerRow from the consumer columns the queries select."""
+    return StreamConsumerRow(
+        name=r[0],
+        pattern=r[1],
+        kind=r[2],
+        queue=r[3],
+        max_attempts=int(r[4]),
+        metadata=load_object(r[5]) or {},
+        start=r[6],
+        snapshot=r[7],
+        position=StreamPosition(xid=int(r[8]), seq=int(r[9])),
+        delivered_at=from_db_time(r[10]),
+        created_at=from_db_time(r[11]),
+        updated_at=from_db_time(r[12]),
+    )
+
+
+class StreamsMixin(SQLiteSupport, StreamsContract):
+    """The stream log and its consumers, positioned by seq."""
+
+    @translate_errors
+    def stream_append(self, params: StreamAppendParams) -> StreamEvent:
+        """Append one event (xid 0)."""
+        params = topics.check_append(params)
+        now, now_s = self._now(params.now)
+        message_id = params.message_id or new_id().hex
+        with self._cursor() as c:
+            c.execute(
+                Q["stream_append"],
+                {
+                    "topic": params.topic,
+                    "key": params.key,
+                    "payload": dumps(params.payload, "payload"),
+                    "headers": dumps(dict(params.headers), "headers"),
+                    "message_id": message_id,
+                    "now": now_s,
+                },
+            )
+            seq = int(c.fetchone()[0])
+        # SQLite has no notifications: consumers are pumped by the leader's poll.
+        return StreamEvent(
+            position=StreamPosition(xid=0, seq=seq),
+            topic=params.topic,
+            key=params.key,
+            payload=params.payload,
+            headers=dict(params.headers),
+            message_id=message_id,
+            created_at=from_db_time(now_s),
+        )
+
+    @translate_errors
+    def stream_read(self, params: StreamReadParams) -> list[StreamEvent]:
+        """Page through events after a position, in position order."""
+        params = topics.check_read(params)
+        if params.limit == 0:
+            return []
+        with self._cursor() as c:
+            c.execute(
+                Q["stream_read"],
+                {
+                    "xid": params.after.xid,
+                    "seq": params.after.seq,
+                    "regex": topics.pattern_regex(params.pattern),
+                    "limit": params.limit,
+                },
+            )
+            return [event_from_row(r) for r in c.fetchall()]
+
+    @translate_errors
+    def stream_consumer_upsert(
+        self, rows: Sequence[StreamConsumerRow], now: dt.datetime | None = None
+    ) -> None:
+        """Upsert consumers in one transaction; a new one starts at its ``start``."""
+        checked = {r.name: r for r in (topics.check_consumer(r) for r in rows)}
+        if not checked:
+            return
+        _, now_s = self._now(now)
+        with self._atomic(), self._cursor() as c:
+            c.executemany(
+                Q["stream_consumer_upsert"],
+                [
+                    {
+                        "name": r.name,
+                        "pattern": r.pattern,
+                        "kind": r.kind,
+                        "queue": r.queue,
+                        "max_attempts": r.max_attempts,
+                        "metadata": dumps(r.metadata, "metadata"),
+                        "start": r.start,
+                        "now": now_s,
+                    }
+                    for r in checked.values()
+                ],
+            )
+
+    @translate_errors
+    def stream_consumer_list(self) -> list[StreamConsumerRow]:
+        """Return every consumer with its position."""
+        with self._cursor() as c:
+            c.execute(Q["stream_consumer_list"])
+            return [consumer_from_row(r) for r in c.fetchall()]
+
+    @translate_errors
+    def stream_consumer_seek(self, name: str, params: StreamSeekParams) -> StreamConsumerRow:
+        """Move a consumer's seq in one statement."""
+        mode = topics.check_seek(params)
+        _, now_s = self._now(None)
+        with self._atomic(), self._cursor() as c:
+            c.execute(
+                Q["stream_consumer_seek"],
+                {
+                    "name": name,
+                    "mode": mode,
+                    "seq": params.position.seq if params.position is not None else 0,
+                    "time": db_time(params.time, "time") if params.time is not None else None,
+                    "now": now_s,
+                },
+            )
+            row = c.fetchone()
+        if row is None:
+            raise NotFound(f"no stream consumer is named {name!r}")
+        return consumer_from_row(row)
+
+    @translate_errors
+    def stream_pump(
+        self, name: str, limit: int, now: dt.datetime | None = None
+    ) -> StreamPumpResult:
+        """Deliver up to ``limit`` matching events after the consumer's seq, and move it.
+
+        Having read every match, the consumer moves past the last event
+        appended, so that events its pattern skips are not scanned again.
+        """
+        topics.check_limit(limit)
+        _, now_s = self._now(now)
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["stream_pump"], {"name": name})
+            row = c.fetchone()
+            if row is None:
+                raise NotFound(f"no stream consumer is named {name!r}")
+            consumer = consumer_from_row(row)
+            if limit == 0:
+                return StreamPumpResult(position=consumer.position)
+            c.execute(
+                Q["stream_pump.events"],
+                {
+                    "seq": consumer.position.seq,
+                    "regex": topics.pattern_regex(consumer.pattern),
+                    "limit": limit,
+                },
+            )
+            events = [event_from_row(r) for r in c.fetchall()]
+            if len(events) == limit:
+                seq = events[-1].position.seq
+            else:
+                c.execute(Q["stream_pump.last"])
+                seq = max(int(c.fetchone()[0]), consumer.position.seq)
+            if events:
+                self.job_insert_many(
+                    topics.event_deliveries(consumer, events), JobInsertOpts(notify=True, now=now)
+                )
+            c.execute(
+                Q["stream_pump.advance"],
+                {"name": name, "seq": seq, "delivered": bool(events), "now": now_s},
+            )
+        return StreamPumpResult(
+            delivered=len(events),
+            position=StreamPosition(xid=0, seq=seq),
+            queues=[consumer.queue] if events else [],
+        )
+
+    @translate_errors
+    def stream_prune(self, params: StreamPruneParams) -> int:
+        """Delete one chunk of events past retention."""
+        topics.check_limit(params.limit)
+        if not isinstance(params.retention, dt.timedelta) or params.retention < dt.timedelta(0):
+            raise InvalidJob(
+                f"retention must be a non-negative timedelta, not {params.retention!r}",
+                field="retention",
+            )
+        now, _ = self._now(params.now)
+        with self._cursor() as c:
+            c.execute(
+                Q["stream_prune"],
+                {"cutoff": db_time(now - params.retention), "limit": params.limit},
+            )
+            return int(c.rowcount)

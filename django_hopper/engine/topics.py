@@ -1,0 +1,402 @@
+"""Topics, patterns and deliveries: the pub/sub and stream rules written once.
+
+Both engines (and the API above them) call these, so that the engines cannot
+disagree about what a topic is, which topics a pattern matches, or what a
+delivery job carries:
+
+* A **topic** is words separated by ``.``; a word is letters, digits, ``_``,
+  ``-`` and ``:``. A **pattern** is the same with two wildcard words, as in
+  AMQP topic exchanges: ``*`` matches exactly one word, ``#`` zero or more.
+* A pattern compiles to one regular expression (:func:`pattern_regex`) that
+  means the same in Python's ``re`` and PostgreSQL's ``~``, and hence in
+  SQLite's ``REGEXP`` (Django registers Python's ``re`` under it). Streams
+  match it in SQL, next to the position filter; publishing matches the
+  (few) subscriptions in Python with the same expression.
+* A **delivery** is a job of the subscriber's kind, called as
+  ``fn(message)``: ``args = {"args": [message], "kwargs": {}}``, where
+  ``message`` is a :class:`Message`. Its metadata is the subscription's (or
+  consumer's) metadata merged with ``topic``, ``message_id``, ``headers`` and
+  the subscription's or consumer's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import re
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any, TypedDict
+
+from django_hopper import validation
+from django_hopper.engine.base import (
+    JSON,
+    JobInsertParams,
+    MessagePublishParams,
+    StreamAppendParams,
+    StreamConsumerRow,
+    StreamEvent,
+    StreamPosition,
+    StreamReadParams,
+    StreamSeekParams,
+    StreamStart,
+    SubscriptionRow,
+)
+from django_hopper.exceptions import InvalidJob
+
+#: Retry budgets of deliveries whose subscription or consumer says 0: keyed
+#: deliveries hold up their lane while they retry, so they give up sooner.
+DEFAULT_MAX_ATTEMPTS = 25
+DEFAULT_MAX_ATTEMPTS_KEYED = 10
+
+_WORD = r"[A-Za-z0-9_:\-]+"
+TOPIC_RE = re.compile(rf"^{_WORD}(\.{_WORD})*$")
+PATTERN_RE = re.compile(rf"^({_WORD}|\*|#)(\.({_WORD}|\*|#))*$")
+NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,255}$")
+MAX_LENGTH = 255
+
+
+class Message(TypedDict, total=False):
+    """What a subscriber function receives as its one argument."""
+
+    topic: str
+    payload: JSON
+    headers: dict[str, str]
+    #: Shared by every delivery of one publish (or of one stream event).
+    message_id: str
+    #: Stream deliveries only: the event's key and position.
+    key: str | None
+    position: dict[str, int]
+
+
+# ---------------------------------------------------------------------------
+# Validation
+
+
+def check_topic(value: Any, field: str = "topic") -> str:
+    """Return a valid topic or raise InvalidJob naming ``field``."""
+    if not isinstance(value, str) or not value:
+        raise InvalidJob(f"{field} must be a non-empty string, not {value!r}", field=field)
+    if len(value) > MAX_LENGTH or not TOPIC_RE.match(value):
+        raise InvalidJob(
+            f"{field} {value!r} is malformed: words of letters, digits, '_', '-' and ':' "
+            f"separated by '.' (at most {MAX_LENGTH} characters, no wildcards)",
+            field=field,
+        )
+    return value
+
+
+def check_pattern(value: Any, field: str = "pattern", *, allow_empty: bool = False) -> str:
+    """Return a valid topic pattern or raise InvalidJob naming ``field``."""
+    if allow_empty and value == "":
+        return value
+    if not isinstance(value, str) or not value:
+        raise InvalidJob(f"{field} must be a non-empty string, not {value!r}", field=field)
+    if len(value) > MAX_LENGTH or not PATTERN_RE.match(value):
+        raise InvalidJob(
+            f"{field} {value!r} is malformed: words separated by '.', each a literal word "
+            f"(letters, digits, '_', '-', ':'), '*' (one word) or '#' (zero or more words)",
+            field=field,
+        )
+    return value
+
+
+def check_name(value: Any, field: str = "name") -> str:
+    """Return a valid subscription or consumer name or raise InvalidJob."""
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise InvalidJob(
+            f"{field} must be 1..255 letters, digits, '_', '.', ':' or '-', not {value!r}",
+            field=field,
+        )
+    return value
+
+
+def check_limit(value: Any, field: str = "limit") -> int:
+    """Return a non-negative integer limit or raise InvalidJob."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidJob(f"{field} must be a non-negative integer, not {value!r}", field=field)
+    return value
+
+
+def check_headers(value: Any, field: str = "headers") -> dict[str, str]:
+    """Return headers as a dict of strings or raise InvalidJob."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise InvalidJob(f"{field} must map strings to strings, not {value!r}", field=field)
+    return dict(value)
+
+
+def check_max_attempts(value: Any, field: str = "max_attempts") -> int:
+    """Return a retry budget (0 for the default) or raise InvalidJob."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidJob(
+            f"{field} must be a non-negative integer (0 for the default), not {value!r}",
+            field=field,
+        )
+    return value
+
+
+def check_metadata(value: Any, field: str = "metadata") -> dict[str, Any]:
+    """Return a JSON object of metadata or raise InvalidJob."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidJob(f"{field} must be a dict, not {value!r}", field=field)
+    return dict(validation.json_normalize(value, field))
+
+
+def check_subscription(row: SubscriptionRow) -> SubscriptionRow:
+    """Return the row with every field checked (and metadata normalized)."""
+    return dataclasses.replace(
+        row,
+        name=check_name(row.name),
+        pattern=check_pattern(row.pattern),
+        kind=_check_kind(row.kind),
+        queue=validation.queue_name(row.queue),
+        max_attempts=check_max_attempts(row.max_attempts),
+        metadata=check_metadata(row.metadata),
+    )
+
+
+def check_consumer(row: StreamConsumerRow) -> StreamConsumerRow:
+    """Return the row with every field checked (and metadata normalized)."""
+    if row.start not in StreamStart.ALL:
+        raise InvalidJob(
+            f"start must be one of {', '.join(StreamStart.ALL)}, not {row.start!r}",
+            field="start",
+        )
+    return dataclasses.replace(
+        row,
+        name=check_name(row.name),
+        pattern=check_pattern(row.pattern),
+        kind=_check_kind(row.kind),
+        queue=validation.queue_name(row.queue),
+        max_attempts=check_max_attempts(row.max_attempts),
+        metadata=check_metadata(row.metadata),
+    )
+
+
+def _check_kind(value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_LENGTH:
+        raise InvalidJob(f"kind must be a non-empty string, not {value!r}", field="kind")
+    return value
+
+
+def check_seek(params: StreamSeekParams) -> str:
+    """Return which of the four seeks ``params`` asks for, refusing none or several."""
+    chosen = [
+        name
+        for name, given in (
+            ("position", params.position is not None),
+            ("time", params.time is not None),
+            ("earliest", params.earliest),
+            ("latest", params.latest),
+        )
+        if given
+    ]
+    if len(chosen) != 1:
+        raise InvalidJob(
+            "a seek takes exactly one of position, time, earliest and latest, "
+            f"not {chosen or 'none'}",
+            field="position",
+        )
+    if params.position is not None:
+        check_position(params.position, "position")
+    if params.time is not None:
+        validation.aware(params.time, "time")
+    return chosen[0]
+
+
+def check_position(value: Any, field: str = "after") -> StreamPosition:
+    """Return a StreamPosition with non-negative parts or raise InvalidJob."""
+    if not isinstance(value, StreamPosition) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (value.xid, value.seq)
+    ):
+        raise InvalidJob(
+            f"{field} must be a StreamPosition of non-negative integers, not {value!r}",
+            field=field,
+        )
+    return value
+
+
+def check_append(params: StreamAppendParams) -> StreamAppendParams:
+    """Return the append's params checked, payload normalized to what reads back."""
+    return dataclasses.replace(
+        params,
+        topic=check_topic(params.topic),
+        key=validation.key(params.key, "key"),
+        payload=validation.json_normalize(params.payload, "payload"),
+        headers=check_headers(params.headers),
+    )
+
+
+def check_read(params: StreamReadParams) -> StreamReadParams:
+    """Return the read's params checked."""
+    check_pattern(params.pattern, allow_empty=True)
+    check_position(params.after, "after")
+    check_limit(params.limit)
+    return params
+
+
+# ---------------------------------------------------------------------------
+# Matching
+
+
+def _escape(word: str) -> str:
+    """Escape every non-alphanumeric character: a literal in both regex dialects."""
+    return "".join(c if c.isascii() and c.isalnum() else "\\" + c for c in word)
+
+
+@lru_cache(maxsize=1024)
+def pattern_regex(pattern: str) -> str:
+    """Compile a (valid) pattern to an anchored regex that Python's ``re`` and
+    PostgreSQL's ``~`` read alike; the empty pattern matches every topic.
+
+    ``#`` next to ``#`` is one ``#``. A leading ``#`` eats whole words with
+    their trailing dots, any other ``#`` whole words with their leading dots,
+    so ``a.#`` matches ``a`` and ``#.b`` matches ``b``.
+    """
+    words: list[str] = []
+    for w in (pattern or "#").split("."):
+        if not (w == "#" and words and words[-1] == "#"):
+            words.append(w)
+    if words == ["#"]:
+        return "^.*$"
+    out = ""
+    for i, w in enumerate(words):
+        if w == "#":
+            out += r"(?:[^.]+\.)*" if i == 0 else r"(?:\.[^.]+)*"
+            continue
+        if i > 0 and not (i == 1 and words[0] == "#"):
+            out += r"\."
+        out += "[^.]+" if w == "*" else _escape(w)
+    return f"^{out}$"
+
+
+@lru_cache(maxsize=1024)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern_regex(pattern))
+
+
+def pattern_matches(pattern: str, topic: str) -> bool:
+    """Return whether a topic matches a pattern (the regex the SQL uses)."""
+    return _compiled(pattern).match(topic) is not None
+
+
+# ---------------------------------------------------------------------------
+# Deliveries
+
+
+def delivery_max_attempts(configured: int, keyed: bool) -> int:
+    """Return a delivery's retry budget: the configured one, else the default."""
+    if configured:
+        return configured
+    return DEFAULT_MAX_ATTEMPTS_KEYED if keyed else DEFAULT_MAX_ATTEMPTS
+
+
+def check_publish(params: MessagePublishParams) -> MessagePublishParams:
+    """Return the publish's params checked, payload normalized to what reads back."""
+    if params.delay is not None and (
+        not isinstance(params.delay, dt.timedelta) or params.delay < dt.timedelta(0)
+    ):
+        raise InvalidJob(
+            f"delay must be a non-negative timedelta, not {params.delay!r}", field="delay"
+        )
+    if params.ttl is not None:
+        validation.positive_duration(params.ttl, "ttl")
+    return dataclasses.replace(
+        params,
+        topic=check_topic(params.topic),
+        payload=validation.json_normalize(params.payload, "payload"),
+        headers=check_headers(params.headers),
+        ordering_key=validation.key(params.ordering_key, "ordering_key"),
+        dedup_key=validation.key(params.dedup_key, "dedup_key"),
+        priority=validation.priority(params.priority),
+    )
+
+
+def publish_deliveries(
+    subscriptions: Sequence[SubscriptionRow],
+    params: MessagePublishParams,
+    message_id: str,
+    scheduled_at: dt.datetime | None,
+) -> list[JobInsertParams]:
+    """Return one delivery per subscription whose pattern matches, in name order.
+
+    ``params`` must have passed :func:`check_publish`.
+    """
+    message: Message = {
+        "topic": params.topic,
+        "payload": params.payload,
+        "headers": dict(params.headers),
+        "message_id": message_id,
+    }
+    out: list[JobInsertParams] = []
+    for sub in sorted(subscriptions, key=lambda s: s.name):
+        if not pattern_matches(sub.pattern, params.topic):
+            continue
+        metadata = {
+            **(sub.metadata or {}),
+            "topic": params.topic,
+            "message_id": message_id,
+            "headers": dict(params.headers),
+            "subscription": sub.name,
+        }
+        out.append(
+            JobInsertParams(
+                kind=sub.kind,
+                queue=sub.queue,
+                priority=params.priority,
+                max_attempts=delivery_max_attempts(sub.max_attempts, bool(params.ordering_key)),
+                scheduled_at=scheduled_at,
+                args={"args": [dict(message)], "kwargs": {}},
+                metadata=metadata,
+                unique_key=f"{sub.name}:{params.dedup_key}" if params.dedup_key else None,
+                ordering_key=params.ordering_key,
+                ttl=params.ttl,
+                awaited=params.awaited,
+            )
+        )
+    return out
+
+
+def event_message(event: StreamEvent) -> Message:
+    """Return the message a stream delivery's function receives."""
+    return {
+        "topic": event.topic,
+        "payload": event.payload,
+        "headers": dict(event.headers),
+        "message_id": event.message_id,
+        "key": event.key,
+        "position": {"xid": event.position.xid, "seq": event.position.seq},
+    }
+
+
+def event_deliveries(
+    consumer: StreamConsumerRow, events: Sequence[StreamEvent]
+) -> list[JobInsertParams]:
+    """Return one delivery per event, with the consumer's kind, queue and settings;
+    an event's key becomes the delivery's ordering key."""
+    out: list[JobInsertParams] = []
+    for event in events:
+        metadata = {
+            **(consumer.metadata or {}),
+            "topic": event.topic,
+            "message_id": event.message_id,
+            "headers": dict(event.headers),
+            "consumer": consumer.name,
+        }
+        out.append(
+            JobInsertParams(
+                kind=consumer.kind,
+                queue=consumer.queue,
+                max_attempts=delivery_max_attempts(consumer.max_attempts, bool(event.key)),
+                args={"args": [dict(event_message(event))], "kwargs": {}},
+                metadata=metadata,
+                ordering_key=event.key or None,
+            )
+        )
+    return out

@@ -1,0 +1,378 @@
+"""Resumable long jobs: a run walked in passes, with memoized steps (seed 004).
+
+A *run* is one job. Its function is a *pass*: it is called with a :class:`Run`
+and the job's arguments, does a bounded chunk of work from ``run.cursor``, and
+says where the next pass starts::
+
+    @resumable(queue="imports", max_attempts=5)
+    def import_catalog(run: Run, supplier_id: int) -> Pass:
+        page = run.step("fetch", lambda: fetch_page(supplier_id, run.cursor))
+        run.step("store", lambda: store_rows(page["rows"]))
+        run.count("rows", len(page["rows"]))
+        if page["next"] is None:
+            return Pass(done=True)
+        return Pass(cursor=page["next"])
+
+    import_catalog.start(supplier_id=7, instance="7")
+
+How hopper maps it (docs/resumable.md):
+
+* a pass is an attempt: the worker claims the job as any other, and the pass
+  runs fenced to that claim (client + fence, or a job lease + fence);
+* a *step* (``run.step(name, fn)``) is memoized in the job's step ledger: a
+  step whose result is recorded returns it without running ``fn`` again, so a
+  pass that crashed and runs again skips what already succeeded;
+* a pass that returns not done *commits*: the cursor and counters become the
+  job's progress and the ledger is dropped, in one transaction fenced to the
+  claim; the job is then snoozed (its attempt given back) and the next pass
+  runs at once. A pass that returns done commits and completes the job with
+  ``{"cursor": ..., "counters": ...}`` as its output;
+* a pass that raises commits nothing of its own (cursor and counters stay as
+  the last commit left them) and keeps the ledger; the job retries with
+  backoff, and ``max_attempts`` counts consecutive failed passes, since a
+  commit sets the attempt back;
+* ``start(..., instance=...)`` coalesces: the run's unique key is
+  ``"<kind>:<instance>"``, so a second start while the run is live returns it
+  (``handle.duplicate``); a finished run does not block a new one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from django.db import transaction
+
+from django_hopper import validation
+from django_hopper.context import JobContext, JobSnooze
+from django_hopper.exceptions import HopperError, InvalidJob, JobFenced
+from django_hopper.jobs import EnqueueOptions, JobFunction, JobHandle
+
+if TYPE_CHECKING:
+    from django_hopper.engine.base import JSON, BaseEngine, JobID, LeaseStepContract
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: The progress step name of a committed pass.
+COMMITTED_STEP = "pass"
+#: The snooze reason of a pass that committed and hands over to the next one.
+NEXT_PASS_REASON = "resumable: next pass"
+
+_KEEP: Any = object()
+
+
+class DuplicateStep(HopperError, ValueError):
+    """A pass called ``run.step`` twice with one name: names key the memo, so they
+    must be unique within a pass (a loop needs ``f"page-{i}"``, not ``"page"``)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pass:
+    """What a pass returns: where the next pass starts, or that the run is done.
+
+    ``cursor`` left out keeps the current cursor.
+    """
+
+    cursor: Any = _KEEP
+    done: bool = False
+
+
+def stored_progress(cursor: JSON, counters: dict[str, int], passes: int) -> dict[str, Any]:
+    """Return the progress cursor a committed pass stores: the one place its shape is decided.
+
+    Counters live inside the stored cursor so that one fenced write commits both.
+    """
+    return {"cursor": cursor, "counters": dict(counters), "passes": passes}
+
+
+def read_progress(stored: Any) -> tuple[JSON, dict[str, int], int]:
+    """Return (cursor, counters, passes committed) from a job's stored progress cursor."""
+    if not isinstance(stored, dict):
+        return None, {}, 0
+    counters = stored.get("counters") or {}
+    return stored.get("cursor"), dict(counters), int(stored.get("passes") or 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Claim:
+    """The claim a pass runs under; every write the pass makes is fenced on it."""
+
+    id: JobID
+    attempted_by: int | None
+    fence: int
+    attempt: int
+    lease_token: JobID | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """Return the fence fields the step-ledger params share."""
+        return {
+            "id": self.id,
+            "attempted_by": None if self.lease_token else self.attempted_by,
+            "fence": self.fence,
+            "lease_token": self.lease_token,
+        }
+
+
+class Run:
+    """What a pass sees of its run: the committed cursor, counters and the step memo."""
+
+    def __init__(self, context: JobContext, engine: BaseEngine, claim: Claim) -> None:
+        self.context = context
+        self._engine = engine
+        self._claim = claim
+        progress = context.job.progress
+        self._cursor, self._counters, self._passes = read_progress(
+            progress.cursor if progress is not None else None
+        )
+        self._seen: set[str] = set()
+
+    @property
+    def job_id(self) -> JobID:
+        """Return the run's job ID."""
+        return self._claim.id
+
+    @property
+    def cursor(self) -> JSON:
+        """Return the cursor the last committed pass left (None before the first)."""
+        return self._cursor
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Return the counters: the committed totals plus this pass's counts so far."""
+        return dict(self._counters)
+
+    @property
+    def passes(self) -> int:
+        """Return how many passes have committed before this one."""
+        return self._passes
+
+    def count(self, name: str, by: int = 1) -> int:
+        """Add ``by`` to a counter; it is committed with the pass, or dropped if it fails.
+
+        Count outside step functions (from their results): a memoized step does
+        not run again, but the pass around it does, with its counts reset.
+        """
+        if not isinstance(by, int) or isinstance(by, bool):
+            raise InvalidJob(f"count by an integer, not {by!r}", field="by")
+        self._counters[name] = self._counters.get(name, 0) + by
+        return self._counters[name]
+
+    def _ledger(self) -> LeaseStepContract:
+        from django_hopper.engine.base import LeaseStepContract
+
+        assert isinstance(self._engine, LeaseStepContract)
+        return self._engine
+
+    def step(self, name: str, fn: Callable[[], T], retry: int = 0) -> T:
+        """Run ``fn`` once per run between commits, and return its result.
+
+        A step whose result is recorded returns it without calling ``fn`` (a
+        pass that crashed after it resumes past it). The result is recorded as
+        JSON and returned as it reads back, so a fresh and a memoized run of
+        the pass see the same value. ``retry`` more tries are made at once,
+        each failure recorded in the ledger, before the error fails the pass.
+        """
+        from django_hopper.engine.base import JobStepGetParams, JobStepRecordParams
+
+        if name in self._seen:
+            raise DuplicateStep(
+                f"step {name!r} ran twice in one pass of job {self._claim.id}; "
+                "step names key the memo and must be unique within a pass"
+            )
+        if not isinstance(retry, int) or isinstance(retry, bool) or retry < 0:
+            raise InvalidJob(f"retry must be a non-negative integer, not {retry!r}", field="retry")
+        self._seen.add(name)
+        ledger = self._ledger()
+        row = ledger.job_step_get(JobStepGetParams(step=name, **self._claim.fields()))
+        if row is not None and row.done:
+            return row.result  # type: ignore[no-any-return]
+        tries = retry + 1
+        while True:
+            self.context.check_cancelled()
+            try:
+                value = validation.json_normalize(fn(), f"step {name!r} result")
+            except JobFenced:
+                raise
+            except Exception as exc:
+                tries -= 1
+                error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                ledger.job_step_record(
+                    JobStepRecordParams(step=name, done=False, error=error, **self._claim.fields())
+                )
+                if tries <= 0:
+                    raise
+                continue
+            ledger.job_step_record(
+                JobStepRecordParams(step=name, done=True, result=value, **self._claim.fields())
+            )
+            return value  # type: ignore[no-any-return]
+
+    def commit(self, cursor: JSON, *, done: bool) -> dict[str, Any]:
+        """Store the cursor and counters and drop the ledger, in one fenced transaction.
+
+        Raises JobFenced, writing nothing, if the claim lost the job. A pass
+        that is not the last also sets the attempt back, so that attempts count
+        consecutive failed passes.
+        """
+        from django_hopper.engine.base import JobRecordProgressParams, JobStepsClearParams
+
+        value = validation.json_normalize(cursor, "cursor")
+        stored = stored_progress(value, self._counters, self._passes + 1)
+        c = self._claim
+        with transaction.atomic(using=self._engine.alias):
+            progress = self._engine.job_record_progress(
+                JobRecordProgressParams(
+                    id=c.id,
+                    attempted_by=None if c.lease_token else c.attempted_by,
+                    fence=c.fence,
+                    attempt=c.attempt,
+                    lease_token=c.lease_token,
+                    step=COMMITTED_STEP,
+                    cursor=stored,
+                )
+            )
+            if progress is None:
+                raise JobFenced(f"job {c.id} is no longer owned by this pass; nothing committed")
+            self._ledger().job_steps_clear(
+                JobStepsClearParams(reset_attempt=not done, **c.fields())
+            )
+        self._cursor, self._passes = value, self._passes + 1
+        return {"cursor": value, "counters": dict(self._counters)}
+
+
+def claim_of(context: JobContext) -> Claim:
+    """Return the claim a context's attempt holds (a leased context carries its token)."""
+    job = context.job
+    return Claim(
+        id=job.id,
+        attempted_by=job.attempted_by,
+        fence=job.fence,
+        attempt=job.attempt,
+        lease_token=getattr(context, "lease_token", None),
+    )
+
+
+def run_pass(
+    pass_fn: Callable[..., Pass | None],
+    context: JobContext,
+    args: Any,
+    kwargs: Any,
+    engine: BaseEngine | None = None,
+) -> dict[str, Any]:
+    """Run one pass and commit what it returned; the rule every runner uses.
+
+    Returns the run's output when the pass finished it; raises JobSnooze (the
+    next pass, at once) after a commit that is not the last; lets a failure
+    propagate with nothing committed.
+    """
+    from django_hopper.engine import get_engine
+
+    run = Run(context, engine or get_engine(), claim_of(context))
+    outcome = pass_fn(run, *args, **kwargs)
+    if outcome is None:
+        outcome = Pass()
+    if not isinstance(outcome, Pass):
+        raise InvalidJob(
+            f"a resumable pass returns Pass(...) or None, not {outcome!r}", field="return"
+        )
+    cursor = run.cursor if outcome.cursor is _KEEP else outcome.cursor
+    output = run.commit(cursor, done=outcome.done)
+    if outcome.done:
+        return output
+    raise JobSnooze(0, NEXT_PASS_REASON)
+
+
+class _PassRunner:
+    """The job function the worker calls (with its context): one pass of the run."""
+
+    def __init__(self, pass_fn: Callable[..., Pass | None]) -> None:
+        functools.update_wrapper(self, pass_fn)
+        self.pass_fn = pass_fn
+
+    def __call__(self, context: JobContext, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return run_pass(self.pass_fn, context, args, kwargs)
+
+
+class ResumableJob(JobFunction[P, T], Generic[P, T]):
+    """A ``@resumable`` job: a JobFunction whose attempts are passes, plus ``start``."""
+
+    def __init__(self, func: Callable[P, T], *, lease: dt.timedelta | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(func, **kwargs)
+        self.__dict__["lease"] = lease
+
+    @property
+    def pass_func(self) -> Callable[..., Pass | None]:
+        """Return the pass function as written (``func`` is its runner)."""
+        return self.func.pass_fn  # type: ignore[attr-defined,no-any-return]
+
+    def _copy(self, changes: dict[str, Any], options: EnqueueOptions) -> JobFunction[P, T]:
+        copy = super()._copy(changes, options)
+        copy.__dict__["lease"] = self.__dict__.get("lease")
+        return copy
+
+    def start(self, *args: Any, instance: str, **kwargs: Any) -> JobHandle:
+        """Start the run of ``instance``, or join the live one (``handle.duplicate``).
+
+        The run's unique key is ``"<kind>:<instance>"``: a live run holds it,
+        a finished one does not, so a new run can follow a finished one.
+        """
+        if not isinstance(instance, str) or not instance:
+            raise InvalidJob(f"instance must be a non-empty string, not {instance!r}",
+                             field="instance")
+        return self.using(unique_key=f"{self.kind}:{instance}").enqueue(*args, **kwargs)
+
+
+def resumable(
+    func: Callable[..., Pass | None] | None = None,
+    /,
+    *,
+    queue: str | None = None,
+    lease: float | dt.timedelta | None = None,
+    max_attempts: int | None = None,
+    priority: int = 0,
+    timeout: float | dt.timedelta | None = None,
+    kind: str | None = None,
+) -> Any:
+    """Declare a resumable job whose function is a pass: ``fn(run, *args, **kwargs)``.
+
+    ``lease`` is the job lease's TTL when the run is driven by ID
+    (:func:`django_hopper.leases.run_by_id`); a worker's claim is held by its
+    client lease instead. ``max_attempts`` bounds consecutive failed passes.
+    """
+    from django_hopper import jobs
+
+    if queue is not None:
+        validation.queue_name(queue)
+    if max_attempts is not None:
+        validation.max_attempts(max_attempts)
+    lease_td = None if lease is None else validation.positive_duration(lease, "lease")
+    timeout_s = jobs._check_timeout(timeout)
+    jobs._check_priority(priority)
+
+    def decorate(f: Callable[..., Pass | None]) -> ResumableJob[..., Any]:
+        if isinstance(f, JobFunction):
+            raise InvalidJob(f"{f.kind} is already a job", field="func")
+        name = kind if kind is not None else jobs._importable_kind(f)
+        rj: ResumableJob[..., Any] = ResumableJob(
+            _PassRunner(f),
+            lease=lease_td,
+            kind=name,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout=timeout_s,
+            takes_context=True,
+            archive=None,
+        )
+        jobs._register(rj)
+        return rj
+
+    if func is not None:
+        return decorate(func)
+    return decorate
