@@ -35,6 +35,17 @@ _LAZY = {
     "get_batch": "django_hopper.batches",
     "Workflow": "django_hopper.workflows",
     "get_workflow": "django_hopper.workflows",
+    # resumable long jobs (run / pass / step)
+    "resumable": "django_hopper.resumable",
+    "Pass": "django_hopper.resumable",
+    "Run": "django_hopper.resumable",
+    # pub/sub and streams
+    "subscribe": "django_hopper.pubsub",
+    "publish": "django_hopper.pubsub",
+    "append": "django_hopper.streams",
+    "consume": "django_hopper.streams",
+    "seek": "django_hopper.streams",
+    "read": "django_hopper.streams",
 }
 
 # Spelled out (not derived from _LAZY) so that linters and type checkers read it.
@@ -42,9 +53,13 @@ __all__ = [
     "Batch",
     "JobFunction",
     "JobHandle",
+    "Pass",
+    "Run",
     "Workflow",
     "__version__",
+    "append",
     "cancel_job",
+    "consume",
     "delete_job",
     "get_batch",
     "get_job",
@@ -54,12 +69,17 @@ __all__ = [
     "list_jobs",
     "list_queues",
     "pause_queue",
+    "publish",
+    "read",
     "resolve",
+    "resumable",
     "resume_queue",
     "retry_job",
     "retry_ordering_key",
+    "seek",
     "set_queue_limits",
     "stats",
+    "subscribe",
 ]
 
 if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
@@ -73,6 +93,7 @@ if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
     )
     from django_hopper.batches import Batch, get_batch
     from django_hopper.jobs import JobFunction, JobHandle, job, resolve
+    from django_hopper.pubsub import publish, subscribe
     from django_hopper.queues import (
         list_queues,
         pause_queue,
@@ -81,6 +102,8 @@ if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
         set_queue_limits,
         stats,
     )
+    from django_hopper.resumable import Pass, Run, resumable
+    from django_hopper.streams import append, consume, read, seek
     from django_hopper.workflows import Workflow, get_workflow
 
 

@@ -43,6 +43,10 @@ DEFAULTS: dict[str, Any] = {
     # History retention (seconds).
     "COMPLETED_RETENTION": 7 * 24 * 3600.0,
     "FAILED_RETENTION": 30 * 24 * 3600.0,
+    # Stream events are kept this long (seconds; 0 keeps them forever), and the
+    # leader turns at most STREAM_PUMP_LIMIT events per consumer into jobs a round.
+    "STREAM_RETENTION": 7 * 24 * 3600.0,
+    "STREAM_PUMP_LIMIT": 1000,
     # Retry backoff: attempt ** BACKOFF_EXPONENT seconds, capped, with jitter.
     "BACKOFF_BASE": 1.0,
     "BACKOFF_EXPONENT": 4.0,

@@ -49,7 +49,7 @@ from django.db import transaction
 
 from django_hopper import validation
 from django_hopper.context import JobContext, JobSnooze
-from django_hopper.exceptions import HopperError, InvalidJob, JobFenced
+from django_hopper.exceptions import HopperError, InvalidJob, JobCanceled, JobFenced
 from django_hopper.jobs import EnqueueOptions, JobFunction, JobHandle
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ class Run:
             self.context.check_cancelled()
             try:
                 value = validation.json_normalize(fn(), f"step {name!r} result")
-            except JobFenced:
+            except (JobFenced, JobCanceled):
                 raise
             except Exception as exc:
                 tries -= 1
@@ -301,8 +301,9 @@ class _PassRunner:
 class ResumableJob(JobFunction[P, T], Generic[P, T]):
     """A ``@resumable`` job: a JobFunction whose attempts are passes, plus ``start``."""
 
-    def __init__(self, func: Callable[P, T], *, lease: dt.timedelta | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, func: Callable[P, T], *, lease: dt.timedelta | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(func, **kwargs)
         self.__dict__["lease"] = lease
 
@@ -323,8 +324,9 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
         a finished one does not, so a new run can follow a finished one.
         """
         if not isinstance(instance, str) or not instance:
-            raise InvalidJob(f"instance must be a non-empty string, not {instance!r}",
-                             field="instance")
+            raise InvalidJob(
+                f"instance must be a non-empty string, not {instance!r}", field="instance"
+            )
         return self.using(unique_key=f"{self.kind}:{instance}").enqueue(*args, **kwargs)
 
 
@@ -341,9 +343,10 @@ def resumable(
 ) -> Any:
     """Declare a resumable job whose function is a pass: ``fn(run, *args, **kwargs)``.
 
-    ``lease`` is the job lease's TTL when the run is driven by ID
-    (:func:`django_hopper.leases.run_by_id`); a worker's claim is held by its
-    client lease instead. ``max_attempts`` bounds consecutive failed passes.
+    ``lease`` is the job lease's TTL for a run driven by ID (``job_claim_by_id``:
+    a :class:`Run` built on a context carrying ``lease_token`` fences every write
+    to the lease and renews it at each step boundary); a worker's claim is held
+    by its client lease instead. ``max_attempts`` bounds consecutive failed passes.
     """
     from django_hopper import jobs
 

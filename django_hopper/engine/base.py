@@ -1836,8 +1836,14 @@ def claim_by_id_refusal(status: str, id: JobID) -> Exception:
     )
 
 
-def step_from_row(job_id: JobID, step: str, result: JSON, attempts: int,
-                  last_error: str | None, recorded_at: dt.datetime | None) -> JobStepRow:
+def step_from_row(
+    job_id: JobID,
+    step: str,
+    result: JSON,
+    attempts: int,
+    last_error: str | None,
+    recorded_at: dt.datetime | None,
+) -> JobStepRow:
     """Build a step row from the stored columns: ``result`` is ``{"value": ...}`` once done."""
     done = result is not None
     return JobStepRow(

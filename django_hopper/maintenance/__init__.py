@@ -8,10 +8,13 @@ from django_hopper.maintenance.services import (
     HistoryIndexService,
     HistoryRetentionService,
     JobsUpkeepService,
+    LeaseExpirer,
     Periodic,
     Rescuer,
     Scheduler,
     Service,
+    StreamPumper,
+    StreamRetentionService,
     default_services,
 )
 
@@ -23,10 +26,13 @@ __all__ = [
     "HistoryIndexService",
     "HistoryRetentionService",
     "JobsUpkeepService",
+    "LeaseExpirer",
     "Maintainer",
     "Periodic",
     "Rescuer",
     "Scheduler",
     "Service",
+    "StreamPumper",
+    "StreamRetentionService",
     "default_services",
 ]

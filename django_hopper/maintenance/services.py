@@ -130,6 +130,36 @@ class Scheduler(Service):
         return self.engine.job_schedule(JobScheduleParams(now=now))
 
 
+class LeaseExpirer(Service):
+    """End the attempts of jobs claimed by ID whose job leases are due.
+
+    The engine decides what is due and how each attempt ends (retryable at
+    once, discarded on the last attempt, canceled on request); this service
+    only calls it as the leader, whose own client lease must be live. The grace
+    is the longer of the client and leader TTLs: after an outage, a holder gets
+    at least one renewal period past the first client's start to renew.
+    """
+
+    name = "expire_leases"
+
+    def __init__(self, engine: BaseEngine, client_id: Callable[[], int | None]) -> None:
+        super().__init__(engine)
+        self.client_id = client_id
+
+    def run_once(self, now: dt.datetime | None = None) -> int:
+        """Expire one batch of due job leases; return how many attempts ended."""
+        from django_hopper.engine.base import JobExpireLeasesParams, LeaseStepContract
+
+        client_id = self.client_id()
+        if client_id is None or not isinstance(self.engine, LeaseStepContract):
+            return 0
+        grace = dt.timedelta(
+            seconds=max(float(hopper_settings.CLIENT_TTL), float(hopper_settings.LEADER_TTL))
+        )
+        params = JobExpireLeasesParams(limit=1000, client_id=client_id, grace=grace, now=now)
+        return len(self.engine.job_expire_leases(params))
+
+
 class ExpiredJobDiscarder(Service):
     """Discard waiting jobs whose TTL passed before they could run."""
 
@@ -329,6 +359,77 @@ class HistoryIndexService(Service):
             close_thread_connections()
 
 
+class StreamPumper(Service):
+    """Turn every stream consumer's new events into delivery jobs, each round.
+
+    One pump per consumer per round, of at most ``HOPPER["STREAM_PUMP_LIMIT"]``
+    events; a consumer with more catches up over the next rounds. A pump that
+    fails is logged and retried next round without holding up the others.
+    """
+
+    name = "stream_pump"
+    #: Every maintenance round: the round's interval is the delivery latency.
+    interval = 0.0
+
+    def __init__(self, engine: BaseEngine, limit: int | None = None) -> None:
+        super().__init__(engine)
+        self.limit = int(hopper_settings.STREAM_PUMP_LIMIT if limit is None else limit)
+
+    def run_once(self, now: dt.datetime | None = None) -> int:
+        """Pump each consumer once; return how many deliveries were inserted."""
+        from django_hopper.engine.base import StreamsContract
+        from django_hopper.exceptions import HopperError
+
+        engine = self.engine
+        if not isinstance(engine, StreamsContract):
+            return 0
+        total = 0
+        for consumer in engine.stream_consumer_list():
+            try:
+                total += engine.stream_pump(consumer.name, self.limit, now).delivered
+            except HopperError:
+                logger.exception("pumping stream consumer %s failed", consumer.name)
+        return total
+
+
+class StreamRetentionService(Service):
+    """Delete stream events older than ``HOPPER["STREAM_RETENTION"]`` (0 keeps them)."""
+
+    name = "stream_retention"
+    interval = 60.0
+
+    def __init__(
+        self,
+        engine: BaseEngine,
+        retention: float | None = None,
+        chunk: int = 5_000,
+        max_chunks: int = 20,
+    ) -> None:
+        super().__init__(engine)
+        value = hopper_settings.STREAM_RETENTION if retention is None else retention
+        self.retention = float(value or 0)
+        self.chunk = chunk
+        self.max_chunks = max_chunks
+
+    def run_once(self, now: dt.datetime | None = None) -> int:
+        """Delete expired events a chunk at a time; return how many."""
+        from django_hopper.engine.base import StreamPruneParams, StreamsContract
+
+        engine = self.engine
+        if self.retention <= 0 or not isinstance(engine, StreamsContract):
+            return 0
+        params = StreamPruneParams(
+            retention=dt.timedelta(seconds=self.retention), limit=self.chunk, now=now
+        )
+        total = 0
+        for _ in range(self.max_chunks):
+            pruned = engine.stream_prune(params)
+            total += pruned
+            if pruned < self.chunk:
+                break
+        return total
+
+
 def default_services(
     engine: BaseEngine, client_id: Callable[[], int | None] | None = None
 ) -> list[Service]:
@@ -342,11 +443,14 @@ def default_services(
         Scheduler(engine),
         ExpiredJobDiscarder(engine),
         WorkflowSweeper(engine),
+        StreamPumper(engine),
         ClientPruner(engine),
         Ager(engine),
     ]
     if client_id is not None:
+        services.insert(1, LeaseExpirer(engine, client_id))
         services.append(Periodic(engine, client_id))
     services += [HistoryRetentionService(engine), JobsUpkeepService(engine)]
+    services.append(StreamRetentionService(engine))
     services.append(HistoryIndexService(engine))
     return services

@@ -553,6 +553,9 @@ class Worker:
         if self._started:
             return
         import_job_modules()
+        from django_hopper.streams import sync_declared
+
+        sync_declared(self.engine)  # the subscriptions and consumers the modules declare
         self.register()
         if self.producers:
             self.engine.queue_ensure(list(self.producers))

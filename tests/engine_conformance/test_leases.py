@@ -54,7 +54,11 @@ def leases(engine: BaseEngine) -> LeaseStepContract:
 
 
 def claim_by_id(
-    engine: BaseEngine, job: Any, now: dt.datetime, fence: int | None = None, ttl: dt.timedelta = TTL
+    engine: BaseEngine,
+    job: Any,
+    now: dt.datetime,
+    fence: int | None = None,
+    ttl: dt.timedelta = TTL,
 ) -> JobLeaseRow:
     return leases(engine).job_claim_by_id(
         JobClaimByIDParams(id=job.id, fence=job.fence if fence is None else fence, ttl=ttl, now=now)
@@ -267,7 +271,10 @@ def test_finalize__a_leased_result_applies_only_with_its_token(
 ) -> None:
     row = claim_by_id(engine, insert(engine, db_now, queue="by-id"), db_now)
     stranger = JobFinalize(
-        id=row.job.id, attempted_by=None, fence=row.lease.fence, state="completed",
+        id=row.job.id,
+        attempted_by=None,
+        fence=row.lease.fence,
+        state="completed",
         lease_token=new_id(),
     )
     as_client = JobFinalize(
@@ -283,9 +290,7 @@ def test_finalize__a_leased_result_applies_only_with_its_token(
     assert done.state == "completed" and done.output == {"ok": 1}
 
 
-def test_finalize__a_leased_retry_clears_the_lease(
-    engine: BaseEngine, db_now: dt.datetime
-) -> None:
+def test_finalize__a_leased_retry_clears_the_lease(engine: BaseEngine, db_now: dt.datetime) -> None:
     row = claim_by_id(engine, insert(engine, db_now, queue="by-id"), db_now)
 
     finalize(engine, db_now, leased_result(row, "retryable", delay=SECOND))
@@ -304,8 +309,14 @@ def test_progress__a_leased_attempt_records_with_its_token_only(
     def record(token: Any) -> Progress | None:
         return engine.job_record_progress(
             JobRecordProgressParams(
-                id=row.job.id, attempted_by=None, fence=row.lease.fence,
-                attempt=row.job.attempt, lease_token=token, step="s", cursor=1, now=db_now,
+                id=row.job.id,
+                attempted_by=None,
+                fence=row.lease.fence,
+                attempt=row.job.attempt,
+                lease_token=token,
+                step="s",
+                cursor=1,
+                now=db_now,
             )
         )
 
@@ -329,7 +340,10 @@ def test_expire_leases__a_due_lease_is_retryable_at_once_with_a_rescue_entry(
     assert job.lease_expires_at is None
     (err,) = job.errors
     assert (err.rescue, err.error, err.fence, err.attempt) == (
-        RescueReason.LEASE_EXPIRED, LEASE_EXPIRED_ERROR, 1, 1,
+        RescueReason.LEASE_EXPIRED,
+        LEASE_EXPIRED_ERROR,
+        1,
+        1,
     )
     with pytest.raises(JobFenced):
         renew(engine, row, db_now + TTL)

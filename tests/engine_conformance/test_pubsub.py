@@ -84,8 +84,16 @@ def test_subscription_upsert__records_and_updates_by_name(
     subscribe(engine, db_now, ("b", "orders.*"), ("a", "users.#"), queue="subs")
     later = db_now + MINUTE
     pubsub(engine).subscription_upsert(
-        [SubscriptionRow(name="b", pattern="orders.#", kind="tests.other", queue="q2",
-                         max_attempts=3, metadata={"team": "x"})],
+        [
+            SubscriptionRow(
+                name="b",
+                pattern="orders.#",
+                kind="tests.other",
+                queue="q2",
+                max_attempts=3,
+                metadata={"team": "x"},
+            )
+        ],
         now=later,
     )
 
@@ -114,13 +122,19 @@ def test_message_publish__inserts_one_delivery_per_matching_subscription(
 ) -> None:
     subscribe(engine, db_now, ("billing", "orders.*"), ("audit", "#"), ("users", "users.*"))
     pubsub(engine).subscription_upsert(
-        [SubscriptionRow(name="billing", pattern="orders.*", kind=KIND, queue="billing",
-                         metadata={"team": "money", "topic": "overridden"})],
+        [
+            SubscriptionRow(
+                name="billing",
+                pattern="orders.*",
+                kind=KIND,
+                queue="billing",
+                metadata={"team": "money", "topic": "overridden"},
+            )
+        ],
         now=db_now,
     )
 
-    results = publish(engine, db_now, "orders.created", payload={"id": 7},
-                      headers={"trace": "t-1"})
+    results = publish(engine, db_now, "orders.created", payload={"id": 7}, headers={"trace": "t-1"})
 
     assert [r.duplicate for r in results] == [False, False]
     audit, billing = (r.job for r in results)
@@ -171,7 +185,13 @@ def test_message_publish__applies_delay_ttl_priority_await_and_ordering_key(
     subscribe(engine, db_now, ("keyed", "orders.*"), queue="lane")
 
     (result,) = publish(
-        engine, db_now, "orders.paid", delay=MINUTE, ttl=HOUR, priority=5, awaited=True,
+        engine,
+        db_now,
+        "orders.paid",
+        delay=MINUTE,
+        ttl=HOUR,
+        priority=5,
+        awaited=True,
         ordering_key="order-7",
     )
 

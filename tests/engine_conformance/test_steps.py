@@ -37,8 +37,12 @@ def ledger(engine: BaseEngine) -> LeaseStepContract:
 
 def claim_fields(job: JobRow, lease: JobLeaseRow | None = None) -> dict[str, Any]:
     if lease is not None:
-        return {"id": job.id, "attempted_by": None, "fence": lease.lease.fence,
-                "lease_token": lease.lease.token}
+        return {
+            "id": job.id,
+            "attempted_by": None,
+            "fence": lease.lease.fence,
+            "lease_token": lease.lease.token,
+        }
     return {"id": job.id, "attempted_by": job.attempted_by, "fence": job.fence}
 
 

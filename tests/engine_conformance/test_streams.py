@@ -41,7 +41,10 @@ def streams(engine: BaseEngine) -> StreamsContract:
 
 
 def append(
-    engine: BaseEngine, topic: str, payload: object = None, now: dt.datetime | None = None,
+    engine: BaseEngine,
+    topic: str,
+    payload: object = None,
+    now: dt.datetime | None = None,
     **fields: object,
 ) -> StreamEvent:
     return streams(engine).stream_append(
@@ -50,7 +53,10 @@ def append(
 
 
 def consumer(
-    engine: BaseEngine, name: str = "c", pattern: str = "#", start: str = StreamStart.EARLIEST,
+    engine: BaseEngine,
+    name: str = "c",
+    pattern: str = "#",
+    start: str = StreamStart.EARLIEST,
     **fields: object,
 ) -> None:
     streams(engine).stream_consumer_upsert(
@@ -146,8 +152,14 @@ def test_stream_consumer_upsert__updates_settings_and_keeps_the_position(
     assert pump(tx_engine) == 1
     position = get_consumer(tx_engine).position
 
-    consumer(tx_engine, pattern="b.#", queue="q2", max_attempts=4, metadata={"m": 1},
-             start=StreamStart.EARLIEST)
+    consumer(
+        tx_engine,
+        pattern="b.#",
+        queue="q2",
+        max_attempts=4,
+        metadata={"m": 1},
+        start=StreamStart.EARLIEST,
+    )
 
     row = get_consumer(tx_engine)
     assert (row.pattern, row.queue, row.max_attempts, row.metadata) == ("b.#", "q2", 4, {"m": 1})
@@ -202,7 +214,9 @@ def test_stream_pump__turns_matching_events_into_deliveries_of_the_consumer(
 
     assert result.delivered == 2
     assert result.queues == ["orders"]
-    first, second = sorted(deliveries(tx_engine), key=lambda j: j.args["args"][0]["position"]["seq"])
+    first, second = sorted(
+        deliveries(tx_engine), key=lambda j: j.args["args"][0]["position"]["seq"]
+    )
     assert first.queue == "orders"
     assert first.ordering_key == "o-1"
     assert first.max_attempts == 10  # keyed default

@@ -200,3 +200,13 @@ def wf_callback(context: Any, which: str) -> str:
     note = f"{which}:{batch_id}"
     Effect.objects.create(job_id=context.job_id, fence=context.job.fence, note=note)
     return which
+
+
+# ---------------------------------------------------------------------------
+# Pub/sub and stream subscribers: a delivery calls the function with the message.
+
+
+@job
+def on_message(message: dict[str, Any]) -> dict[str, Any]:
+    """Return the message received, so a test can read it from the job's output."""
+    return message

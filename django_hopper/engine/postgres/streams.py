@@ -174,6 +174,7 @@ class StreamsMixin(PostgresSupport, StreamsContract):
         self._execute(
             "stream_consumer_upsert",
             {
+                "latest": self._latest(),
                 "now": now,
                 "names": [c.name for c in consumers],
                 "patterns": [c.pattern for c in consumers],
@@ -184,6 +185,13 @@ class StreamsMixin(PostgresSupport, StreamsContract):
                 "starts": [c.start for c in consumers],
             },
         )
+
+    def _latest(self) -> str:
+        """Return the snapshot of "every transaction committed so far", without the
+        caller's own transaction, which has not committed yet."""
+        row = self._fetchone("stream_consumer_upsert.snapshot", {})
+        assert row is not None
+        return str(Snapshot.parse(row[0]).without(row[1]))
 
     def stream_consumer_list(self) -> list[StreamConsumerRow]:
         """Return every consumer with its snapshot and position."""
@@ -197,12 +205,12 @@ class StreamsMixin(PostgresSupport, StreamsContract):
         time seeks to just before the first event at or after it.
         """
         mode = topics.check_seek(params)
-        snapshot: str | None
+        snapshot: str
         xid = seq = 0
         if mode == StreamStart.EARLIEST:
             snapshot = EARLIEST_SNAPSHOT
         elif mode == StreamStart.LATEST:
-            snapshot = None
+            snapshot = self._latest()
         else:
             target: tuple[int, int] | None
             if mode == "position":
@@ -212,7 +220,7 @@ class StreamsMixin(PostgresSupport, StreamsContract):
                 row = self._fetchone("stream_consumer_seek.time", {"time": params.time})
                 target = (int(row[0]), int(row[1]) - 1) if row else None
             if target is None:
-                snapshot = None
+                snapshot = self._latest()
             else:
                 xid, seq = target
                 first = max(xid, 1)

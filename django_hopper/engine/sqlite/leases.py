@@ -84,9 +84,7 @@ class LeasesMixin(SQLiteSupport, LeaseStepContract):
             row = c.fetchone()
         if row is None:
             raise JobFenced(f"the lease of job {params.id} is no longer the job's")
-        return JobLeaseStatus(
-            expires_at=from_db_time(row[0]), cancel_requested=row[1] is not None
-        )
+        return JobLeaseStatus(expires_at=from_db_time(row[0]), cancel_requested=row[1] is not None)
 
     @translate_errors
     def job_expire_leases(self, params: JobExpireLeasesParams) -> list[JobRow]:

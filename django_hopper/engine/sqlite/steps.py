@@ -72,8 +72,7 @@ class StepsMixin(SQLiteSupport, LeaseStepContract):
         """Test the claim (renewing a lease) and upsert one try of a step."""
         _check_step(params.step)
         result = dumps({"value": params.result}, "result") if params.done else None
-        args = {**self._claim(params), "step": params.step, "result": result,
-                "error": params.error}
+        args = {**self._claim(params), "step": params.step, "result": result, "error": params.error}
         row = None
         with self._atomic(), self._cursor() as c:
             c.execute(Q["job_step_get"], args)

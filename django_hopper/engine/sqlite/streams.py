@@ -70,7 +70,7 @@ class StreamsMixin(SQLiteSupport, StreamsContract):
     def stream_append(self, params: StreamAppendParams) -> StreamEvent:
         """Append one event (xid 0)."""
         params = topics.check_append(params)
-        now, now_s = self._now(params.now)
+        _, now_s = self._now(params.now)
         message_id = params.message_id or new_id().hex
         with self._cursor() as c:
             c.execute(

@@ -29,14 +29,19 @@ WHERE (xid, seq) > (%(xid)s, %(seq)s)
 ORDER BY xid, seq
 LIMIT %(limit)s
 
+-- name: stream_consumer_upsert.snapshot
+-- The current snapshot and transaction: what "latest" means now. The caller's own
+-- transaction has not committed, so it must not count as read (see Snapshot.without).
+SELECT pg_current_snapshot()::text, pg_current_xact_id_if_assigned()::text::bigint
+
 -- name: stream_consumer_upsert
 -- A new consumer starts with a snapshot: "1:1:" sees no transaction (earliest),
--- the current one sees every transaction committed so far (latest).
+-- %(latest)s every transaction committed so far (latest).
 INSERT INTO hopper_stream_consumer AS s
     (name, pattern, kind, queue, max_attempts, metadata, start, snapshot, position_xid,
      position_seq, delivered_at, created_at, updated_at)
 SELECT r.name, r.pattern, r.kind, r.queue, r.max_attempts, r.metadata::jsonb, r.start,
-       CASE WHEN r.start = 'earliest' THEN '1:1:' ELSE pg_current_snapshot()::text END,
+       CASE WHEN r.start = 'earliest' THEN '1:1:' ELSE %(latest)s END,
        0, 0, NULL, c.now, c.now
 FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS now) AS c,
      unnest(%(names)s::text[], %(patterns)s::text[], %(kinds)s::text[], %(queues)s::text[],
@@ -57,9 +62,8 @@ FROM hopper_stream_consumer
 ORDER BY name
 
 -- name: stream_consumer_seek
--- %(snapshot)s NULL means "latest": the current snapshot.
 UPDATE hopper_stream_consumer
-SET snapshot = coalesce(%(snapshot)s, pg_current_snapshot()::text),
+SET snapshot = %(snapshot)s,
     position_xid = %(xid)s,
     position_seq = %(seq)s,
     updated_at = now()

@@ -1,0 +1,231 @@
+"""Streams: a durable, ordered event log that consumers turn into jobs.
+
+Unlike a publish, which fans out to the subscriptions that exist at that
+moment, an append is kept (for ``HOPPER["STREAM_RETENTION"]``) and read by
+consumers at their own pace; a new consumer can start at the earliest event,
+and any consumer can seek back and read again::
+
+    @job
+    def project_order(message: Message) -> None: ...
+
+    consume("orders-projection", "orders.#", project_order, start="earliest")
+
+    with transaction.atomic():
+        order = Order.objects.create(...)
+        append("orders.created", {"order_id": order.pk}, key=f"order-{order.pk}")
+
+The leader's ``StreamPumper`` service pumps every consumer each maintenance
+interval: it turns the events after the consumer's position into delivery
+jobs (the event's key becomes their ordering key) and advances the position,
+atomically. On PostgreSQL positions come from transaction ids, so an event
+whose transaction commits late is still delivered (docs/pubsub-and-streams.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from django_hopper.engine import topics
+from django_hopper.engine.base import (
+    StreamConsumerRow,
+    StreamEvent,
+    StreamPosition,
+    StreamPumpResult,
+    StreamStart,
+)
+from django_hopper.engine.topics import Message
+from django_hopper.exceptions import InvalidJob, NotFound
+from django_hopper.pubsub import kind_and_queue
+
+if TYPE_CHECKING:
+    from django_hopper.engine.base import BaseEngine, StreamsContract
+
+__all__ = [
+    "Consumer",
+    "Message",
+    "StreamEvent",
+    "StreamPosition",
+    "append",
+    "consume",
+    "list_consumers",
+    "pump",
+    "read",
+    "seek",
+    "sync_consumers",
+    "sync_declared",
+]
+
+#: Consumers declared in code, by name; upserted by sync_consumers().
+declared: dict[str, Consumer] = {}
+_lock = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Consumer:
+    """A stream consumer as declared in code."""
+
+    name: str
+    pattern: str
+    kind: str
+    queue: str
+    start: str = StreamStart.LATEST
+    #: 0: the default (25, or 10 for events with a key).
+    max_attempts: int = 0
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def row(self) -> StreamConsumerRow:
+        """Return the engine row this declaration upserts."""
+        return StreamConsumerRow(
+            name=self.name,
+            pattern=self.pattern,
+            kind=self.kind,
+            queue=self.queue,
+            start=self.start,
+            max_attempts=self.max_attempts,
+            metadata=dict(self.metadata),
+        )
+
+
+def contract(engine: BaseEngine) -> StreamsContract:
+    """Return the engine as the streams contract (every engine mixes it in)."""
+    from django_hopper.engine.base import StreamsContract
+
+    if not isinstance(engine, StreamsContract):
+        raise TypeError(f"{type(engine).__name__} does not implement StreamsContract")
+    return engine
+
+
+def _engine() -> StreamsContract:
+    from django_hopper.engine import get_engine
+
+    return contract(get_engine())
+
+
+def append(
+    topic: str,
+    payload: Any = None,
+    *,
+    key: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> StreamEvent:
+    """Append an event in the caller's transaction; the leader is signalled at commit.
+
+    ``key`` orders the event's deliveries: those of one key run one at a time,
+    in position order, per consumer queue.
+    """
+    from django_hopper.engine.base import StreamAppendParams
+
+    return _engine().stream_append(
+        StreamAppendParams(
+            topic=topic,
+            payload=payload,
+            key=key,
+            headers=topics.check_headers(headers),
+            notify=True,
+        )
+    )
+
+
+def read(
+    pattern: str = "", after: StreamPosition | None = None, limit: int = 100
+) -> list[StreamEvent]:
+    """Page through committed events after ``after`` whose topic matches, in position
+    order: for browsing and tools. A consumer, not a loop over ``read``, is what
+    never misses an event whose transaction commits late."""
+    from django_hopper.engine.base import StreamReadParams
+
+    return _engine().stream_read(
+        StreamReadParams(pattern=pattern, after=after or StreamPosition(), limit=limit)
+    )
+
+
+def consume(
+    name: str,
+    pattern: str,
+    job_fn: Any,
+    *,
+    start: str = StreamStart.LATEST,
+    queue: str | None = None,
+    max_attempts: int = 0,
+    metadata: Mapping[str, Any] | None = None,
+    save: bool = False,
+) -> Consumer:
+    """Declare a consumer: events whose topic matches ``pattern`` run ``job_fn``.
+
+    A new consumer starts at ``start`` ("latest": past every event appended so
+    far; "earliest": before every retained one); an existing one keeps its
+    position whatever ``start`` says. Recorded when a worker starts, or now
+    with ``save=True``.
+    """
+    if start not in StreamStart.ALL:
+        raise InvalidJob(
+            f"start must be one of {', '.join(StreamStart.ALL)}, not {start!r}", field="start"
+        )
+    kind, q = kind_and_queue(job_fn, queue)
+    consumer = Consumer(
+        name=topics.check_name(name),
+        pattern=topics.check_pattern(pattern),
+        kind=kind,
+        queue=q,
+        start=start,
+        max_attempts=topics.check_max_attempts(max_attempts),
+        metadata=topics.check_metadata(dict(metadata) if metadata is not None else None),
+    )
+    with _lock:
+        declared[consumer.name] = consumer
+    if save:
+        sync_consumers([consumer])
+    return consumer
+
+
+def sync_consumers(
+    consumers: list[Consumer] | None = None, engine: BaseEngine | None = None
+) -> int:
+    """Upsert consumers (default: every declared one); return how many."""
+    from django_hopper.engine import get_engine
+
+    rows = list(declared.values()) if consumers is None else consumers
+    if rows:
+        contract(engine or get_engine()).stream_consumer_upsert([c.row() for c in rows])
+    return len(rows)
+
+
+def sync_declared(engine: BaseEngine | None = None) -> int:
+    """Upsert every subscription and consumer declared in code (a worker's start)."""
+    from django_hopper.pubsub import sync_subscriptions
+
+    return sync_subscriptions(engine=engine) + sync_consumers(engine=engine)
+
+
+def list_consumers() -> list[StreamConsumerRow]:
+    """Return every consumer with its position, by name."""
+    return _engine().stream_consumer_list()
+
+
+def seek(
+    name: str,
+    *,
+    position: StreamPosition | None = None,
+    time: dt.datetime | None = None,
+    earliest: bool = False,
+    latest: bool = False,
+) -> StreamConsumerRow:
+    """Move a consumer (exactly one target): the events after the new position are
+    delivered, again if they were before. Raises NotFound for an unknown consumer."""
+    from django_hopper.engine.base import StreamSeekParams
+
+    params = StreamSeekParams(position=position, time=time, earliest=earliest, latest=latest)
+    try:
+        return _engine().stream_consumer_seek(name, params)
+    except NotFound:
+        raise NotFound(f"no stream consumer is named {name!r}; declare it with consume()") from None
+
+
+def pump(name: str, limit: int = 1000) -> StreamPumpResult:
+    """Deliver up to ``limit`` of a consumer's pending events now (the leader does
+    this every maintenance interval)."""
+    return _engine().stream_pump(name, limit)

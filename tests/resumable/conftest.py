@@ -1,0 +1,3 @@
+"""Fixtures of the resumable tests: worker processes come from the runtime suite."""
+
+from tests.runtime.conftest import processes  # noqa: F401

@@ -1,0 +1,188 @@
+"""@resumable: passes commit a cursor and drop the ledger, steps are memoized across
+a crashed pass, duplicate step names are refused, and start() coalesces on instance."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from django_hopper.context import JobContext, JobSnooze
+from django_hopper.engine.base import (
+    BaseEngine,
+    ClientRegisterParams,
+    JobClaimParams,
+    JobFinalizeParams,
+    LeaseStepContract,
+)
+from django_hopper.jobs import resolve
+from django_hopper.resumable import DuplicateStep, Pass, Run, read_progress, resumable
+from django_hopper.worker.execution import _call_args, completed, failed, snoozed
+
+CALLS: list[str] = []
+HOUR = dt.timedelta(hours=1)
+
+
+@resumable(queue="rs", max_attempts=3)
+def walk(run: Run, n: int, crash_at: int | None = None) -> Pass:
+    """Pass i runs steps s1..s3 over item i; crashes after s2 when told to."""
+    i = run.cursor or 0
+
+    def mk(name: str) -> Any:
+        def fn() -> Any:
+            CALLS.append(f"{i}:{name}")
+            return {"item": i, "step": name, "t": (1, 2)}
+
+        return fn
+
+    first = run.step("s1", mk("s1"))
+    run.step("s2", mk("s2"))
+    if crash_at == i and sum(c == f"{i}:s3" for c in CALLS) == 0 and not CRASHED:
+        CRASHED.append(i)
+        raise RuntimeError("crash after s2")
+    run.step("s3", mk("s3"))
+    run.count("items")
+    run.count("tuples_are_lists", 1 if first["t"] == [1, 2] else 0)
+    return Pass(done=True) if i + 1 >= n else Pass(cursor=i + 1)
+
+
+CRASHED: list[int] = []
+
+
+@resumable(queue="rs")
+def twice(run: Run) -> Pass:
+    run.step("same", lambda: 1)
+    run.step("same", lambda: 2)
+    return Pass(done=True)
+
+
+@resumable(queue="rs")
+def keeps(run: Run) -> None:
+    """Returns None: the cursor is kept and another pass follows."""
+    run.count("n")
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    CALLS.clear()
+    CRASHED.clear()
+
+
+@pytest.fixture
+def client_id(engine: BaseEngine) -> int:
+    return engine.client_register(ClientRegisterParams(hostname="t", ttl=HOUR))
+
+
+def one_pass(engine: BaseEngine, client_id: int, now: dt.datetime | None = None) -> str:
+    """Claim the queue's job and run one pass as the worker would; return how it ended."""
+    (job,) = engine.job_claim(
+        JobClaimParams(queue="rs", client_id=client_id, limit=1, now=now)
+    ).jobs
+    fn = resolve(job.kind)
+    args, kwargs = _call_args(job)
+    ctx = JobContext(job, engine)
+    try:
+        output = fn.func(ctx, *args, **kwargs)
+    except JobSnooze as snooze:
+        result, outcome = snoozed(job, snooze), "next"
+    except Exception as exc:
+        result, outcome = failed(job, str(exc)), "failed"
+    else:
+        result, outcome = completed(job, output, fn=fn), "done"
+    (applied,) = engine.job_finalize_many(JobFinalizeParams(jobs=[result], now=now))
+    assert applied.id == job.id
+    return outcome
+
+
+def steps_of(engine: BaseEngine, job_id: Any) -> list[str]:
+    assert isinstance(engine, LeaseStepContract)
+    return [s.step for s in engine.job_steps(job_id)]
+
+
+def test_resumable__a_committed_pass_advances_the_cursor_and_drops_the_ledger(
+    engine: BaseEngine, client_id: int
+) -> None:
+    handle = walk.start(n=3, instance="a")
+
+    assert one_pass(engine, client_id) == "next"
+
+    job = handle.refresh()
+    assert job.state == "scheduled" and job.attempt == 0
+    assert read_progress(job.progress.cursor if job.progress else None) == (
+        1,
+        {"items": 1, "tuples_are_lists": 1},
+        1,
+    )
+    assert steps_of(engine, job.id) == []
+    assert one_pass(engine, client_id) == "next"
+    assert one_pass(engine, client_id) == "done"
+    done = handle.refresh()
+    assert done.state == "completed"
+    assert done.output == {"cursor": 2, "counters": {"items": 3, "tuples_are_lists": 3}}
+    assert [f"{i}:s{k}" for i in range(3) for k in (1, 2, 3)] == CALLS
+
+
+def test_resumable__a_crashed_pass_keeps_its_steps_and_the_next_pass_skips_them(
+    engine: BaseEngine, client_id: int
+) -> None:
+    handle = walk.start(n=2, crash_at=1, instance="b")
+    assert one_pass(engine, client_id) == "next"
+    CALLS.clear()
+
+    assert one_pass(engine, client_id) == "failed"
+    job = handle.refresh()
+    assert job.state == "retryable" and job.attempt == 1
+    assert steps_of(engine, job.id) == ["s1", "s2"]
+    assert read_progress(job.progress.cursor if job.progress else None)[0] == 1  # not advanced
+    CALLS.clear()
+
+    assert one_pass(engine, client_id, now=engine.now() + HOUR) == "done"
+    assert CALLS == ["1:s3"]  # s1 and s2 were memoized
+    assert handle.refresh().output["counters"] == {"items": 2, "tuples_are_lists": 2}
+
+
+def test_resumable__a_step_name_twice_in_a_pass_is_refused(
+    engine: BaseEngine, client_id: int
+) -> None:
+    twice.start(instance="x")
+
+    (job,) = engine.job_claim(JobClaimParams(queue="rs", client_id=client_id, limit=1)).jobs
+    with pytest.raises(DuplicateStep):
+        twice.func(JobContext(job, engine))
+
+
+def test_resumable__returning_none_keeps_the_cursor_and_commits_counters(
+    engine: BaseEngine, client_id: int
+) -> None:
+    handle = keeps.start(instance="k")
+
+    assert one_pass(engine, client_id) == "next"
+    assert one_pass(engine, client_id) == "next"
+
+    job = handle.refresh()
+    assert read_progress(job.progress.cursor if job.progress else None) == (None, {"n": 2}, 2)
+
+
+def test_resumable__start_joins_the_live_run_and_a_finished_run_does_not_block(
+    engine: BaseEngine, client_id: int
+) -> None:
+    first = walk.start(n=1, instance="c")
+    again = walk.start(n=1, instance="c")
+    other = walk.start(n=1, instance="d")
+
+    assert again.duplicate and again.id == first.id
+    assert not other.duplicate and other.id != first.id
+    assert first.job.unique_key == f"{walk.kind}:c"
+
+    while one_pass(engine, client_id) != "done" or first.refresh().is_live:
+        pass
+    fresh = walk.start(n=1, instance="c")
+    assert not fresh.duplicate and fresh.id != first.id
+
+
+def test_resumable__arguments_must_be_json(engine: BaseEngine) -> None:
+    from django_hopper.exceptions import InvalidJob
+
+    with pytest.raises(InvalidJob):
+        walk.start(n=object(), instance="bad")

@@ -1,0 +1,46 @@
+"""A real worker process killed mid-pass: the run resumes, committed steps never repeat."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+
+import pytest
+
+from django_hopper.engine.base import BaseEngine
+from django_hopper.models import JobStep
+from tests.runtime.conftest import FINAL, Processes, wait_for
+from tests.testapp.models import Effect
+from tests.testapp.resumable_jobs import rs_pages
+
+pytestmark = pytest.mark.processes
+
+
+def test_worker_killed_mid_pass_resumes_without_repeating_recorded_steps(
+    tx_engine: BaseEngine, processes: Processes
+) -> None:
+    handle = rs_pages.start(pages=3, hold=30.0, instance="kill")
+    first = processes.start("--queues", "default:2")
+
+    # Page 1's steps a and b are recorded; step c holds on its first try.
+    wait_for(
+        lambda: (
+            JobStep.objects.filter(job_id=handle.id, step="b", result__isnull=False).exists()
+            and Effect.objects.filter(job_id=handle.id, note="p1-b").exists()
+        ),
+        timeout=30,
+    )
+    time.sleep(0.3)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    processes.start("--queues", "default:2")
+
+    job = wait_for(lambda: (j := handle.refresh()).state in FINAL and j, timeout=60)
+    assert job.state == "completed", processes.logs()
+    assert job.output == {"cursor": 2, "counters": {"pages": 3}}
+    notes = Counter(Effect.objects.filter(job_id=handle.id).values_list("note", flat=True))
+    # Every step ran exactly once: the killed pass's a and b were memoized, and its c
+    # never finished (so it ran once, in the pass that took over).
+    assert notes == Counter({f"p{p}-{s}": 1 for p in range(3) for s in "abc"}), notes
+    assert any(e.rescue for e in job.errors), job.errors
