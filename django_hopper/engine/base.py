@@ -1214,9 +1214,7 @@ def callback_to_json(p: JobInsertParams | None) -> JSON:
     }
 
 
-def callbacks_of(
-    batch_id: JobID, failed: int, stored: Sequence[JSON]
-) -> list[JobInsertParams]:
+def callbacks_of(batch_id: JobID, failed: int, stored: Sequence[JSON]) -> list[JobInsertParams]:
     """Return the callback jobs a batch inserts on completion.
 
     ``stored`` is (on_success, on_failure, on_complete) as callback_to_json
