@@ -135,13 +135,6 @@ def _rate(processes: Processes, tx_engine: BaseEngine, rate: float, seconds: flo
     assert abs(n - (rate * seconds + burst)) <= burst, n
 
 
-def test_rate_limit__20_per_second_over_3_seconds(
-    tx_engine: BaseEngine, processes: Processes
-) -> None:
-    _rate(processes, tx_engine, 20.0, 3.0)
-
-
-@pytest.mark.slow
 def test_rate_limit__20_per_second_over_10_seconds_claims_200_give_or_take_a_burst(
     tx_engine: BaseEngine, processes: Processes
 ) -> None:
