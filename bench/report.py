@@ -28,12 +28,20 @@ def _ratio(a: Any, b: Any) -> str:
 
 
 def _with_ratio(
-    value: Callable[[dict[str, Any]], Any], bound: Callable[[dict[str, Any]], Any]
+    value: Callable[[dict[str, Any]], Any],
+    bound: Callable[[dict[str, Any]], Any],
+    key: str = "",
 ) -> Callable[[dict[str, Any]], str]:
-    """Return a cell showing a hopper figure and its ratio to the bound of the same run."""
+    """Return a cell showing a hopper figure and its ratio to the bound of the same run.
+
+    The ratio stored with the run (``ratios[key]``) is preferred: in a median
+    column it is the median of the runs' ratios, not a ratio of medians.
+    """
 
     def cell(r: dict[str, Any]) -> str:
-        return f"{_rate(value(r))} ({_ratio(value(r), bound(r))})"
+        stored = (r.get("ratios") or {}).get(key)
+        shown = f"{stored:.2f}x" if stored else _ratio(value(r), bound(r))
+        return f"{_rate(value(r))} ({shown})"
 
     return cell
 
@@ -42,6 +50,10 @@ def _growth(key: str) -> Callable[[dict[str, Any]], str]:
     """Return a cell comparing a growth case's throughput and latency to the empty case."""
 
     def cell(r: dict[str, Any]) -> str:
+        stored = r.get("ratios") or {}
+        tp_r, lat_r = stored.get(f"{key}_throughput"), stored.get(f"{key}_latency")
+        if tp_r and lat_r:
+            return f"{tp_r:.2f}x / {lat_r:.2f}x"
         c, e = r["growth"][key], r["growth"]["empty"]
         tp, etp = c["processing"]["jobs_per_s"], e["processing"]["jobs_per_s"]
         med, emed = c["latency"].get("median_ms"), e["latency"].get("median_ms")
@@ -77,6 +89,7 @@ ROWS: list[Row] = [
         _with_ratio(
             lambda r: r["processing"]["1proc"]["jobs_per_s"],
             lambda r: r["raw"]["cycle_1conn"]["jobs_per_s"],
+            "processing_1proc",
         ),
     ),
     (
@@ -84,6 +97,7 @@ ROWS: list[Row] = [
         _with_ratio(
             lambda r: r["processing"]["2proc"]["jobs_per_s"],
             lambda r: r["raw"]["cycle_2conn"]["jobs_per_s"],
+            "processing_2proc",
         ),
     ),
     (
@@ -91,6 +105,7 @@ ROWS: list[Row] = [
         _with_ratio(
             lambda r: r["processing"]["1proc_c100"]["jobs_per_s"],
             lambda r: r["raw"]["cycle_1conn"]["jobs_per_s"],
+            "processing_1proc_c100",
         ),
     ),
     (
@@ -102,6 +117,7 @@ ROWS: list[Row] = [
         _with_ratio(
             lambda r: r["enqueue"]["one_per_tx"]["jobs_per_s"],
             lambda r: r["raw"]["insert_one"]["jobs_per_s"],
+            "enqueue_one_per_tx",
         ),
     ),
     (
@@ -109,6 +125,7 @@ ROWS: list[Row] = [
         _with_ratio(
             lambda r: r["enqueue"]["many_1000"]["jobs_per_s"],
             lambda r: r["raw"]["insert_multi"]["jobs_per_s"],
+            "enqueue_many_1000",
         ),
     ),
     (
@@ -116,6 +133,7 @@ ROWS: list[Row] = [
         _with_ratio(
             lambda r: r["enqueue"]["unique_many_1000"]["jobs_per_s"],
             lambda r: r["raw"]["insert_multi"]["jobs_per_s"],
+            "insert_many_unique_1000",
         ),
     ),
     (
@@ -159,14 +177,20 @@ def table(engine: str, runs: list[dict[str, Any]], median: dict[str, Any] | None
 
 def main(paths: list[str]) -> int:
     """Print a table per engine found in the given JSON files (their runs pooled)."""
-    from bench.run import median_tree
+    from bench.run import median_tree, ratios
 
     pooled: dict[str, list[dict[str, Any]]] = {}
     for path in paths:
         data = json.loads(Path(path).read_text())
         print(f"<!-- {path}: scale {data['meta']['scale']}, {data['meta']['started']} -->")
         for engine, result in data["engines"].items():
-            pooled.setdefault(engine, []).extend(result.get("runs", []))
+            for run in result.get("runs", []):
+                if "ratios" not in run:  # written before runs stored their ratios
+                    try:
+                        run["ratios"] = ratios(run)
+                    except (KeyError, TypeError):
+                        pass
+                pooled.setdefault(engine, []).append(run)
     for engine, runs in pooled.items():
         if runs:
             print(table(engine, runs, median_tree(runs) if len(runs) > 1 else None))

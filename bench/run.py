@@ -629,6 +629,7 @@ class Suite:
         self.settle()
         result["memory"] = self.process(m, 1, memory=True)
         self.reset()
+        result["ratios"] = ratios(result)
         return result
 
     def profile(self, path: Path) -> dict[str, Any]:
@@ -661,6 +662,42 @@ class Suite:
         from bench.profile import summarize
 
         return summarize(path)
+
+
+def ratios(r: dict[str, Any]) -> dict[str, float | None]:
+    """Return every hopper figure of one run as a ratio to its bound in the same run.
+
+    Stored with the run so that several runs are summarized by the median of
+    their ratios (each ratio from one run), not by a ratio of medians.
+    """
+
+    def div(a: Any, b: Any) -> float | None:
+        return round(a / b, 3) if a and b else None
+
+    raw, enq, proc, growth = r["raw"], r["enqueue"], r["processing"], r["growth"]
+    one, two = raw["cycle_1conn"]["jobs_per_s"], raw["cycle_2conn"]["jobs_per_s"]
+    out = {
+        "processing_1proc": div(proc["1proc"]["jobs_per_s"], one),
+        "processing_2proc": div(proc["2proc"]["jobs_per_s"], two),
+        "processing_1proc_c100": div(proc["1proc_c100"]["jobs_per_s"], one),
+        "enqueue_one_per_tx": div(enq["one_per_tx"]["jobs_per_s"], raw["insert_one"]["jobs_per_s"]),
+        "enqueue_unique_one_per_tx": div(
+            enq["unique_one_per_tx"]["jobs_per_s"], raw["insert_one"]["jobs_per_s"]
+        ),
+        "enqueue_many_1000": div(enq["many_1000"]["jobs_per_s"], raw["insert_multi"]["jobs_per_s"]),
+        "insert_many_unique_1000": div(
+            enq["unique_many_1000"]["jobs_per_s"], raw["insert_multi"]["jobs_per_s"]
+        ),
+    }
+    base = growth["empty"]
+    for key in ("waiting_small", "waiting_large", "history_large"):
+        out[f"{key}_throughput"] = div(
+            growth[key]["processing"]["jobs_per_s"], base["processing"]["jobs_per_s"]
+        )
+        out[f"{key}_latency"] = div(
+            growth[key]["latency"].get("median_ms"), base["latency"].get("median_ms")
+        )
+    return out
 
 
 def rate(n: int, seconds: float) -> dict[str, Any]:
