@@ -495,6 +495,8 @@ class EngineFeatures:
     supports_skip_locked: bool = False
     #: GIN indexes on JSON columns (tags and metadata filters).
     supports_json_indexes: bool = False
+    #: Per-table storage parameters (autovacuum thresholds for the hot tables).
+    supports_storage_parameters: bool = False
     #: Stream positions carry transaction ids (xid8) and consumers read through
     #: snapshots (pg_snapshot), so an event whose transaction commits late is
     #: still delivered; without it, one writer makes sequence order commit order.

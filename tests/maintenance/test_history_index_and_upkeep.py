@@ -95,6 +95,7 @@ def test_jobs_maintain_does_nothing_below_the_thresholds(engine: BaseEngine) -> 
         (10, 5_000, 100_000, 5_000, "analyze"),  # many changes since the last analyze
         (10, 5_000, 10, 4_000, None),
         (10, 50, 0, -1, None),  # too small to matter
+        (20_000, 10, 100_000, 20_000, "vacuum"),  # a drained queue: analyze over dead rows
     ],
 )
 def test_upkeep_decides_from_table_statistics(

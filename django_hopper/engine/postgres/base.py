@@ -44,5 +44,6 @@ class PostgresEngine(
         supports_history_partitions=True,
         supports_skip_locked=True,
         supports_json_indexes=True,
+        supports_storage_parameters=True,
         supports_xid_streams=True,
     )

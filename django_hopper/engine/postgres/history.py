@@ -101,19 +101,23 @@ def upkeep_action(
     Vacuum once enough dead tuples piled up (the claim walks past their index
     entries). Analyze when the planner's row estimate is off by
     ``analyze_ratio`` either way for a table of some size (or was never
-    taken), or when enough rows changed since the last analyze.
+    taken), or when enough rows changed since the last analyze — and then
+    vacuum too if a table's worth of dead tuples is there: statistics taken
+    over a drained queue full of dead entries make the planner leave the claim
+    index for a scan over them.
     """
     if dead >= params.vacuum_dead_tuples:
         return "vacuum"
+    analyze = "vacuum" if dead >= params.analyze_min_rows else "analyze"
     if changed >= params.analyze_changes:
-        return "analyze"
+        return analyze
     size = max(live, estimate)
     if size >= params.analyze_min_rows:
         if estimate < 0:
-            return "analyze"
+            return analyze
         low = max(min(live, estimate), 1)
         if size / low >= params.analyze_ratio:
-            return "analyze"
+            return analyze
     return None
 
 
