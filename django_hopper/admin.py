@@ -66,6 +66,15 @@ def _extra(obj: Model) -> Any:
     return getattr(obj, ROW_EXTRA, None)
 
 
+def _extra_or_read(obj: Model, read: Callable[[], Any]) -> Any:
+    """Return what the changelist attached to a row, or read it (the detail page) and attach it."""
+    extra = _extra(obj)
+    if extra is None:
+        extra = read()
+        setattr(obj, ROW_EXTRA, extra)
+    return extra
+
+
 def _admin_url(model: str, view: str, *args: Any) -> str:
     """Return the URL of one of this app's admin views, quoting primary keys as Django does."""
     return reverse(f"admin:django_hopper_{model}_{view}", args=[quote(a) for a in args])
@@ -106,6 +115,11 @@ def _job_link(job_id: uuid.UUID | None, state: str | None, label: str | None = N
     return format_html('<a href="{}">{}</a> ({})', _job_url(job_id, state), label or job_id, state)
 
 
+def _client_link(client_id: Any) -> SafeString:
+    """Link a client's admin page."""
+    return format_html('<a href="{}">{}</a>', _admin_url("client", "change", client_id), client_id)
+
+
 def _seconds_text(value: dt.timedelta | float | None) -> str:
     """Render a duration in seconds, or the empty marker."""
     if value is None:
@@ -144,6 +158,26 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         opts = self.opts
         return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
 
+    def _apply_each(
+        self,
+        request: HttpRequest,
+        keys: Iterable[Any],
+        action: Callable[[Any], Any],
+        failure: Callable[[Any, HopperError], str],
+        success: Callable[[int], str],
+    ) -> None:
+        """Call an api function per selected key; report each failure, then the count."""
+        done = 0
+        for key in keys:
+            try:
+                action(key)
+            except HopperError as exc:
+                self.message_user(request, failure(key, exc), messages.ERROR)
+            else:
+                done += 1
+        if done:
+            self.message_user(request, success(done), messages.SUCCESS)
+
     def annotate_rows(self, request: HttpRequest, rows: list[Any]) -> None:
         """Attach to the page's rows what they show beyond their columns, read once.
 
@@ -160,7 +194,28 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return changelist
 
 
-class JobAdminBase(ReadOnlyAdmin):
+class FieldsetsViewAdmin(ReadOnlyAdmin):
+    """A read-only admin whose detail page shows its fieldsets, every field read-only."""
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
+        """Make every shown field read-only, so the detail page is a view."""
+        return [f for _, opts in self.get_fieldsets(request, obj) for f in opts["fields"]]
+
+
+class UUIDSearchMixin:
+    """Search by exact ID when the term is a UUID, else by the admin's search fields."""
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        try:
+            object_id = uuid.UUID(search_term.strip())
+        except ValueError:
+            return super().get_search_results(request, queryset, search_term)  # type: ignore[misc]
+        return queryset.filter(id=object_id), False
+
+
+class JobAdminBase(UUIDSearchMixin, FieldsetsViewAdmin):
     """What the live and the history job admins share."""
 
     list_display: tuple[str, ...] = (
@@ -211,26 +266,6 @@ class JobAdminBase(ReadOnlyAdmin):
                 ),
             )
         return fieldsets
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
-        """Make every shown field read-only, so the detail page is a view."""
-        names: list[str] = []
-        for _, opts in self.get_fieldsets(request, obj):
-            names.extend(opts["fields"])
-        return names
-
-    # -- search -----------------------------------------------------------
-
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
-    ) -> tuple[QuerySet[Any], bool]:
-        """Find a job by its exact ID when the term is a UUID, else by kind."""
-        term = search_term.strip()
-        try:
-            job_id = uuid.UUID(term)
-        except ValueError:
-            return super().get_search_results(request, queryset, search_term)
-        return queryset.filter(id=job_id), False
 
     # -- columns and fields -----------------------------------------------
 
@@ -341,20 +376,15 @@ class JobAdminBase(ReadOnlyAdmin):
         verb: str,
     ) -> None:
         """Call an api function per selected job; report each failure, then the count."""
-        done = 0
-        for job_id in queryset.values_list("id", flat=True):
-            try:
-                action(job_id)
-            except HopperError as exc:
-                self.message_user(
-                    request,
-                    f"Could not {verb} job {job_id}: {type(exc).__name__}: {exc}",
-                    messages.ERROR,
-                )
-            else:
-                done += 1
-        if done:
-            self.message_user(request, f"{verb.capitalize()}: {done} job(s).", messages.SUCCESS)
+        self._apply_each(
+            request,
+            queryset.values_list("id", flat=True),
+            action,
+            failure=lambda job_id, exc: (
+                f"Could not {verb} job {job_id}: {type(exc).__name__}: {exc}"
+            ),
+            success=lambda done: f"{verb.capitalize()}: {done} job(s).",
+        )
 
     @admin.action(description="Retry selected jobs now", permissions=("operate",))
     def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
@@ -401,19 +431,6 @@ class JobHistoryAdmin(JobAdminBase):
     @admin.display(description="output")
     def output_pretty(self, obj: JobHistory) -> SafeString:
         return _pretty(obj.output)
-
-
-class UUIDSearchMixin:
-    """Search by exact ID when the term is a UUID, else by the admin's search fields."""
-
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
-    ) -> tuple[QuerySet[Any], bool]:
-        try:
-            object_id = uuid.UUID(search_term.strip())
-        except ValueError:
-            return super().get_search_results(request, queryset, search_term)  # type: ignore[misc]
-        return queryset.filter(id=object_id), False
 
 
 # -- queues -----------------------------------------------------------------
@@ -480,7 +497,7 @@ class QueueLimitsForm(forms.Form):
 
 
 @admin.register(Queue)
-class QueueAdmin(ReadOnlyAdmin):
+class QueueAdmin(FieldsetsViewAdmin):
     """Known queues: paused or not, their limits and live depths; pause, resume, limits."""
 
     list_display = (
@@ -518,10 +535,6 @@ class QueueAdmin(ReadOnlyAdmin):
         ),
     )
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
-        """Make every shown field read-only, so the detail page is a view."""
-        return [f for _, opts in self.fieldsets for f in opts["fields"]]
-
     def annotate_rows(self, request: HttpRequest, rows: list[Any]) -> None:
         """Attach each queue's depths from one stats read for the whole page."""
         stats = _stats(self, request)
@@ -530,10 +543,9 @@ class QueueAdmin(ReadOnlyAdmin):
 
     def _depths(self, obj: Queue) -> QueueStats:
         """Return the depths attached by the changelist, or read them (the detail page)."""
-        depths = _extra(obj)
-        if depths is None:
-            depths = queues.stats().queues.get(obj.name, QueueStats())
-            setattr(obj, ROW_EXTRA, depths)
+        depths: QueueStats = _extra_or_read(
+            obj, lambda: queues.stats().queues.get(obj.name, QueueStats())
+        )
         return depths
 
     @admin.display(boolean=True, description="paused")
@@ -587,16 +599,13 @@ class QueueAdmin(ReadOnlyAdmin):
         self, request: HttpRequest, queryset: QuerySet[Any], action: Callable[[str], Any], verb: str
     ) -> None:
         """Call a queues function per selected queue; report each failure, then the count."""
-        done = 0
-        for name in queryset.values_list("name", flat=True):
-            try:
-                action(name)
-            except HopperError as exc:
-                self.message_user(request, f"Could not {verb} queue {name}: {exc}", messages.ERROR)
-            else:
-                done += 1
-        if done:
-            self.message_user(request, f"{verb.capitalize()}d: {done} queue(s).", messages.SUCCESS)
+        self._apply_each(
+            request,
+            queryset.values_list("name", flat=True),
+            action,
+            failure=lambda name, exc: f"Could not {verb} queue {name}: {exc}",
+            success=lambda done: f"{verb.capitalize()}d: {done} queue(s).",
+        )
 
     @admin.action(description="Pause selected queues", permissions=("operate",))
     def pause_queues(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
@@ -671,7 +680,7 @@ class BatchCompletedFilter(admin.SimpleListFilter):
 
 
 @admin.register(Batch)
-class BatchAdmin(UUIDSearchMixin, ReadOnlyAdmin):
+class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
     """Batches and workflows: progress, callbacks, metadata, and a workflow's graph."""
 
     list_display = (
@@ -702,10 +711,6 @@ class BatchAdmin(UUIDSearchMixin, ReadOnlyAdmin):
         if isinstance(obj, Batch) and obj.is_workflow:
             return (*self.fieldsets, ("Steps", {"fields": ("workflow_steps",)}))
         return self.fieldsets
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
-        """Make every shown field read-only, so the detail page is a view."""
-        return [f for _, opts in self.get_fieldsets(request, obj) for f in opts["fields"]]
 
     @admin.display(description="progress")
     def progress(self, obj: Batch) -> str:
@@ -849,9 +854,7 @@ class PeriodicRegistrationAdmin(ReadOnlyAdmin):
 
     @admin.display(description="client", ordering="client_id")
     def client(self, obj: PeriodicRegistration) -> SafeString:
-        return format_html(
-            '<a href="{}">{}</a>', _admin_url("client", "change", obj.client_id), obj.client_id
-        )
+        return _client_link(obj.client_id)
 
     @admin.display(description="digest")
     def short_digest(self, obj: PeriodicRegistration) -> str:
@@ -891,8 +894,21 @@ class PeriodicSlotAdmin(ReadOnlyAdmin):
 # -- clients and the leader -------------------------------------------------------
 
 
+class LeaseAdmin(ReadOnlyAdmin):
+    """A read-only admin of rows holding a lease, whose liveness is read by database time."""
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        """Read each lease's liveness by database time, the clock leases are granted by."""
+        live = ExpressionWrapper(Q(expires_at__gt=Now()), output_field=BooleanField())
+        return super().get_queryset(request).annotate(lease_live=live)
+
+    @admin.display(boolean=True, description="lease live", ordering="expires_at")
+    def live(self, obj: Client | Leader) -> bool:
+        return bool(getattr(obj, "lease_live", False))
+
+
 @admin.register(Client)
-class ClientAdmin(ReadOnlyAdmin):
+class ClientAdmin(LeaseAdmin):
     """Worker processes and their leases; an expired lease means the client is fenced."""
 
     list_display = ("id", "hostname", "live", "leads", "running", "started_at", "expires_at")
@@ -910,11 +926,6 @@ class ClientAdmin(ReadOnlyAdmin):
     )
     fields = readonly_fields
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        """Read each lease's liveness by database time, the clock leases are granted by."""
-        live = ExpressionWrapper(Q(expires_at__gt=Now()), output_field=BooleanField())
-        return super().get_queryset(request).annotate(lease_live=live)
-
     def annotate_rows(self, request: HttpRequest, rows: list[Any]) -> None:
         """Attach the leader and running counts from one stats read for the page."""
         stats = _stats(self, request)
@@ -922,15 +933,8 @@ class ClientAdmin(ReadOnlyAdmin):
             setattr(client, ROW_EXTRA, stats)
 
     def _cluster(self, obj: Client) -> Stats:
-        stats = _extra(obj)
-        if stats is None:
-            stats = queues.stats()
-            setattr(obj, ROW_EXTRA, stats)
+        stats: Stats = _extra_or_read(obj, queues.stats)
         return stats
-
-    @admin.display(boolean=True, description="lease live", ordering="expires_at")
-    def live(self, obj: Client) -> bool:
-        return bool(getattr(obj, "lease_live", False))
 
     @admin.display(boolean=True, description="leader")
     def leads(self, obj: Client) -> bool:
@@ -951,7 +955,7 @@ class ClientAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Leader)
-class LeaderAdmin(ReadOnlyAdmin):
+class LeaderAdmin(LeaseAdmin):
     """The leader lease: which client runs the maintenance services."""
 
     list_display = ("name", "client", "live", "elected_at", "expires_at")
@@ -959,17 +963,6 @@ class LeaderAdmin(ReadOnlyAdmin):
     fields = list_display
     readonly_fields = fields
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        """Read the lease's liveness by database time."""
-        live = ExpressionWrapper(Q(expires_at__gt=Now()), output_field=BooleanField())
-        return super().get_queryset(request).annotate(lease_live=live)
-
     @admin.display(description="client", ordering="client_id")
     def client(self, obj: Leader) -> SafeString:
-        return format_html(
-            '<a href="{}">{}</a>', _admin_url("client", "change", obj.client_id), obj.client_id
-        )
-
-    @admin.display(boolean=True, description="lease live", ordering="expires_at")
-    def live(self, obj: Leader) -> bool:
-        return bool(getattr(obj, "lease_live", False))
+        return _client_link(obj.client_id)

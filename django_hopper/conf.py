@@ -56,6 +56,10 @@ DEFAULTS: dict[str, Any] = {
     "IMPORTS": [],
     # Periodic jobs declared in settings (issue 6).
     "PERIODIC": [],
+    # PostgreSQL: run the hot statements (insert, claim, finalize) as server-side
+    # prepared statements, planned once per connection. Set False behind
+    # PgBouncer in transaction mode before 1.21 (no prepared statement support).
+    "PREPARED_STATEMENTS": True,
 }
 
 

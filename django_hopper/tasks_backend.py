@@ -655,6 +655,13 @@ def _call_args(task: Task, result: TaskResult, args: Iterable[Any]) -> list[Any]
     return list(args)
 
 
+def _named_after(run_task: Any, task: Task) -> Any:
+    """Give a runner the name and module of the task's function, and return it."""
+    run_task.__qualname__ = run_task.__name__ = task.func.__name__
+    run_task.__module__ = task.func.__module__
+    return run_task
+
+
 def _sync_runner(task: Task) -> Any:
     def run_task(context: JobContext, *args: Any, **kwargs: Any) -> Any:
         token = _current_context.set(context)
@@ -665,9 +672,7 @@ def _sync_runner(task: Task) -> Any:
         finally:
             _current_context.reset(token)
 
-    run_task.__qualname__ = run_task.__name__ = task.func.__name__
-    run_task.__module__ = task.func.__module__
-    return run_task
+    return _named_after(run_task, task)
 
 
 def _async_runner(task: Task) -> Any:
@@ -680,9 +685,7 @@ def _async_runner(task: Task) -> Any:
         finally:
             _current_context.reset(token)
 
-    run_task.__qualname__ = run_task.__name__ = task.func.__name__
-    run_task.__module__ = task.func.__module__
-    return run_task
+    return _named_after(run_task, task)
 
 
 # ---------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import datetime as dt
 import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any, TypedDict
+from typing import Any, TypedDict, TypeVar
 
 from django_hopper import validation
 from django_hopper.engine.base import (
@@ -148,8 +148,11 @@ def check_metadata(value: Any, field: str = "metadata") -> dict[str, Any]:
     return dict(validation.json_normalize(value, field))
 
 
-def check_subscription(row: SubscriptionRow) -> SubscriptionRow:
-    """Return the row with every field checked (and metadata normalized)."""
+_Route = TypeVar("_Route", SubscriptionRow, StreamConsumerRow)
+
+
+def _check_route(row: _Route) -> _Route:
+    """Return a subscription or consumer row with the fields they share checked."""
     return dataclasses.replace(
         row,
         name=check_name(row.name),
@@ -159,6 +162,11 @@ def check_subscription(row: SubscriptionRow) -> SubscriptionRow:
         max_attempts=check_max_attempts(row.max_attempts),
         metadata=check_metadata(row.metadata),
     )
+
+
+def check_subscription(row: SubscriptionRow) -> SubscriptionRow:
+    """Return the row with every field checked (and metadata normalized)."""
+    return _check_route(row)
 
 
 def check_consumer(row: StreamConsumerRow) -> StreamConsumerRow:
@@ -168,15 +176,7 @@ def check_consumer(row: StreamConsumerRow) -> StreamConsumerRow:
             f"start must be one of {', '.join(StreamStart.ALL)}, not {row.start!r}",
             field="start",
         )
-    return dataclasses.replace(
-        row,
-        name=check_name(row.name),
-        pattern=check_pattern(row.pattern),
-        kind=_check_kind(row.kind),
-        queue=validation.queue_name(row.queue),
-        max_attempts=check_max_attempts(row.max_attempts),
-        metadata=check_metadata(row.metadata),
-    )
+    return _check_route(row)
 
 
 def _check_kind(value: Any) -> str:
@@ -297,6 +297,35 @@ def delivery_max_attempts(configured: int, keyed: bool) -> int:
     return DEFAULT_MAX_ATTEMPTS_KEYED if keyed else DEFAULT_MAX_ATTEMPTS
 
 
+def _delivery(
+    route: SubscriptionRow | StreamConsumerRow,
+    role: str,
+    message: Message,
+    ordering_key: str | None,
+    **extra: Any,
+) -> JobInsertParams:
+    """Return the job delivering ``message`` to a subscription or consumer.
+
+    ``role`` ("subscription" or "consumer") is the metadata key naming it;
+    ``extra`` are the job's further insert params (a publish's priority ...).
+    """
+    return JobInsertParams(
+        kind=route.kind,
+        queue=route.queue,
+        max_attempts=delivery_max_attempts(route.max_attempts, bool(ordering_key)),
+        args={"args": [dict(message)], "kwargs": {}},
+        metadata={
+            **(route.metadata or {}),
+            "topic": message["topic"],
+            "message_id": message["message_id"],
+            "headers": dict(message["headers"]),
+            role: route.name,
+        },
+        ordering_key=ordering_key,
+        **extra,
+    )
+
+
 def check_publish(params: MessagePublishParams) -> MessagePublishParams:
     """Return the publish's params checked, payload normalized to what reads back."""
     if params.delay is not None and (
@@ -334,33 +363,21 @@ def publish_deliveries(
         "headers": dict(params.headers),
         "message_id": message_id,
     }
-    out: list[JobInsertParams] = []
-    for sub in sorted(subscriptions, key=lambda s: s.name):
-        if not pattern_matches(sub.pattern, params.topic):
-            continue
-        metadata = {
-            **(sub.metadata or {}),
-            "topic": params.topic,
-            "message_id": message_id,
-            "headers": dict(params.headers),
-            "subscription": sub.name,
-        }
-        out.append(
-            JobInsertParams(
-                kind=sub.kind,
-                queue=sub.queue,
-                priority=params.priority,
-                max_attempts=delivery_max_attempts(sub.max_attempts, bool(params.ordering_key)),
-                scheduled_at=scheduled_at,
-                args={"args": [dict(message)], "kwargs": {}},
-                metadata=metadata,
-                unique_key=f"{sub.name}:{params.dedup_key}" if params.dedup_key else None,
-                ordering_key=params.ordering_key,
-                ttl=params.ttl,
-                awaited=params.awaited,
-            )
+    return [
+        _delivery(
+            sub,
+            "subscription",
+            message,
+            params.ordering_key,
+            priority=params.priority,
+            scheduled_at=scheduled_at,
+            unique_key=f"{sub.name}:{params.dedup_key}" if params.dedup_key else None,
+            ttl=params.ttl,
+            awaited=params.awaited,
         )
-    return out
+        for sub in sorted(subscriptions, key=lambda s: s.name)
+        if pattern_matches(sub.pattern, params.topic)
+    ]
 
 
 def event_message(event: StreamEvent) -> Message:
@@ -380,23 +397,6 @@ def event_deliveries(
 ) -> list[JobInsertParams]:
     """Return one delivery per event, with the consumer's kind, queue and settings;
     an event's key becomes the delivery's ordering key."""
-    out: list[JobInsertParams] = []
-    for event in events:
-        metadata = {
-            **(consumer.metadata or {}),
-            "topic": event.topic,
-            "message_id": event.message_id,
-            "headers": dict(event.headers),
-            "consumer": consumer.name,
-        }
-        out.append(
-            JobInsertParams(
-                kind=consumer.kind,
-                queue=consumer.queue,
-                max_attempts=delivery_max_attempts(consumer.max_attempts, bool(event.key)),
-                args={"args": [dict(event_message(event))], "kwargs": {}},
-                metadata=metadata,
-                ordering_key=event.key or None,
-            )
-        )
-    return out
+    return [
+        _delivery(consumer, "consumer", event_message(event), event.key or None) for event in events
+    ]

@@ -132,4 +132,6 @@ class Maintainer:
                 self.wake.wait(wait)
                 self.wake.clear()
         finally:
+            for service in self.services:
+                service.close()
             close_thread_connections()

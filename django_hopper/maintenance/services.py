@@ -43,6 +43,9 @@ class Service(ABC):
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Do one round of work; return how many rows it changed."""
 
+    def close(self, timeout: float = 10.0) -> None:  # noqa: B027 (a no-op hook by design)
+        """Wait for work the service started in the background (none by default)."""
+
 
 class Rescuer(Service):
     """End the attempts of running jobs whose worker is gone or that are stuck.
@@ -346,6 +349,11 @@ class HistoryIndexService(Service):
         )
         self._thread.start()
         return 1
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Let a running pass finish, so its connection closes before the process exits."""
+        if self._thread is not None:
+            self._thread.join(timeout)
 
     def _build(self) -> None:
         from django_hopper.periodic_services import HistoryIndexer

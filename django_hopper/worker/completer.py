@@ -88,10 +88,14 @@ class Completer:
     def add(self, job: JobRow, finalize: JobFinalize) -> None:
         """Queue a result for the next batch."""
         with self._cond:
-            if not self._pending:
+            pending = self._pending
+            if not pending:
                 self._first_at = time.monotonic()
-            self._pending.append(Result(job, finalize))
-            self._cond.notify_all()
+            pending.append(Result(job, finalize))
+            # Wake the thread only when it has something new to decide: the
+            # first result starts the flush timer, a full batch flushes now.
+            if len(pending) == 1 or len(pending) >= self.batch_size:
+                self._cond.notify_all()
 
     def idle(self) -> bool:
         """Return True when no result waits or is being applied."""
@@ -163,14 +167,15 @@ class Completer:
                 self.engine,
                 [r.job for r in batch if (r.finalize.id, r.finalize.fence) in applied],
             )
+        debug = logger.isEnabledFor(logging.DEBUG)
         for r in batch:
-            log = job_logger(r.job, logger)
             if (r.finalize.id, r.finalize.fence) in applied:
                 self.applied += 1
-                log.debug("finalized as %s", r.finalize.state)
+                if debug:
+                    job_logger(r.job, logger).debug("finalized as %s", r.finalize.state)
             else:
                 self.refused += 1
-                log.warning(
+                job_logger(r.job, logger).warning(
                     "result %s refused by the fence: the attempt no longer owns the job "
                     "(it was rescued, or this worker's lease expired); dropped",
                     r.finalize.state,

@@ -20,8 +20,8 @@ Outcomes (one function each, so the rules live in one place):
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
+import queue
 import threading
 import time
 import traceback
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from django_hopper.context import JobContext, JobSnooze
 from django_hopper.engine.base import AttemptError, JobFinalize, RescueReason
@@ -37,6 +37,7 @@ from django_hopper.exceptions import JobCanceled, JobFenced
 from django_hopper.retry import backoff
 from django_hopper.worker.db import close_thread_connections
 from django_hopper.worker.logs import JobLogger, job_logger
+from django_hopper.worker.logs import logger as _logger
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine, JobRow
@@ -173,11 +174,23 @@ def send_signal(name: str, sender: Any, **kwargs: Any) -> None:
     from django_hopper import signals
 
     signal = getattr(signals, name)
+    if not signal.receivers:  # the common case: nothing connected, nothing to build
+        return
     for receiver, result in signal.send_robust(sender=sender, **kwargs):
         if isinstance(result, Exception):
-            from django_hopper.worker.logs import logger
+            _logger.error("a %s receiver %r failed: %s", name, receiver, result)
 
-            logger.error("a %s receiver %r failed: %s", name, receiver, result)
+
+def _close_old_connections() -> None:
+    """Django's per-request ``close_old_connections``, skipped when this thread has none.
+
+    A job thread that never touched the database has nothing to check; the
+    check of every alias costs more than a no-op job itself.
+    """
+    storage = getattr(connections._connections, "_storage", None)
+    if isinstance(storage, threading.local) and not vars(storage):
+        return
+    close_old_connections()
 
 
 # ---------------------------------------------------------------------------
@@ -204,10 +217,15 @@ class Execution:
     owner: Any = None
     #: What the attempt raised, if anything (for ``job_finished``).
     exception: BaseException | None = None
-    log: JobLogger = field(init=False)
+    _log: JobLogger | None = field(default=None, init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        self.log = job_logger(self.job)
+    @property
+    def log(self) -> JobLogger:
+        """Return the attempt's logger, built on first use (most attempts log nothing)."""
+        log = self._log
+        if log is None:
+            log = self._log = job_logger(self.job)
+        return log
 
     @property
     def deadline(self) -> float | None:
@@ -227,29 +245,55 @@ class Execution:
 DoneCallback = Callable[[Execution, JobFinalize | None], None]
 
 
+#: Put on the job queue to end one job thread.
+_STOP = None
+
+
 class Executor:
-    """Runs attempts: sync functions in threads, async functions on one event loop."""
+    """Runs attempts: sync functions on fixed job threads, async functions on one event loop.
+
+    The job threads read attempts from one queue; a worker never queues more
+    attempts than it has threads (it claims at most its free slots), so an
+    attempt starts as soon as it is queued.
+    """
 
     def __init__(self, threads: int, engine: BaseEngine, on_done: DoneCallback) -> None:
         self.threads = max(1, threads)
         self.engine = engine
         self.on_done = on_done
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._queue: queue.SimpleQueue[Execution | None] = queue.SimpleQueue()
+        self._job_threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
 
     # -- lifecycle ----------------------------------------------------------
 
     def start(self) -> None:
-        """Start the thread pool and the event loop thread."""
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.threads, thread_name_prefix="hopper-job"
-        )
+        """Start the job threads and the event loop thread."""
+        for i in range(self.threads):
+            thread = threading.Thread(target=self._job_thread, name=f"hopper-job_{i}", daemon=True)
+            thread.start()
+            self._job_threads.append(thread)
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(
             target=self._run_loop, name="hopper-asyncio", daemon=True
         )
         self._loop_thread.start()
+
+    def _job_thread(self) -> None:
+        get = self._queue.get
+        run = self._run_sync
+        try:
+            while True:
+                ex = get()
+                if ex is _STOP:
+                    return
+                try:
+                    run(ex)
+                except BaseException:  # pragma: no cover - _run_sync handles the job's errors
+                    _logger.exception("a job thread failed")
+        finally:
+            close_thread_connections()
 
     def _run_loop(self) -> None:
         assert self._loop is not None
@@ -260,25 +304,23 @@ class Executor:
             close_thread_connections()
 
     def shutdown(self, wait: bool) -> None:
-        """Stop the pool and the loop; with ``wait``, close the pool threads' connections.
+        """Stop the job threads and the loop; with ``wait``, wait for them to end.
 
-        ThreadPoolExecutor has no per-thread exit hook, so each thread is given
-        one closing task, held at a barrier until all have one.
+        Each job thread closes its connections when it ends. Without ``wait``,
+        attempts still queued are dropped (their jobs are left to the rescue).
         """
-        if self._pool is not None:
-            if wait:
-                barrier = threading.Barrier(self.threads)
-
-                def close() -> None:
-                    close_thread_connections()
-                    try:
-                        barrier.wait(timeout=5)
-                    except threading.BrokenBarrierError:
-                        pass
-
-                for _ in range(self.threads):
-                    self._pool.submit(close)
-            self._pool.shutdown(wait=wait, cancel_futures=not wait)
+        if not wait:
+            while True:
+                try:
+                    self._queue.get_nowait()
+                except queue.Empty:
+                    break
+        for _ in self._job_threads:
+            self._queue.put(_STOP)
+        if wait:
+            for thread in self._job_threads:
+                thread.join(timeout=5)
+        self._job_threads = []
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             if wait and self._loop_thread is not None:
@@ -292,8 +334,7 @@ class Executor:
             assert self._loop is not None
             asyncio.run_coroutine_threadsafe(self._run_async(ex), self._loop)
         else:
-            assert self._pool is not None
-            self._pool.submit(self._run_sync, ex)
+            self._queue.put(ex)
 
     def cancel(self, ex: Execution) -> None:
         """Ask an attempt to stop: set its context's flag, and cancel its asyncio task."""
@@ -320,11 +361,11 @@ class Executor:
             ex.log.exception("handing the result to the completer failed")
 
     def _run_sync(self, ex: Execution) -> None:
-        close_old_connections()
+        _close_old_connections()
         try:
             result = self._call_sync(ex)
         finally:
-            close_old_connections()
+            _close_old_connections()
         self._finish(ex, result)
 
     def _call_sync(self, ex: Execution) -> JobFinalize:

@@ -53,8 +53,18 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_hopper.worker")
 
-#: A burst of wake-ups within this many seconds causes one claim.
-DEBOUNCE = 0.005
+
+def _debug() -> bool:
+    """Return whether job DEBUG lines are emitted (build their loggers only then)."""
+    return logger.isEnabledFor(logging.DEBUG)
+
+
+#: After a claim that filled every free slot (more work is likely waiting),
+#: claim again once this fraction of the queue's concurrency is free, so that
+#: each claim carries several jobs instead of one per finished job...
+REFILL = 0.5
+#: ...but never leave a freed slot idle longer than this many seconds.
+REFILL_WAIT = 0.002
 
 
 @dataclass
@@ -116,6 +126,8 @@ class Producer:
         self.running = 0
         #: The last claim filled every free slot: there may be more work.
         self.full = False
+        #: Free slots to wait for after a full claim before claiming again.
+        self.refill = max(1, min(concurrency, int(concurrency * REFILL)))
         #: Monotonic time before which the rate limit allows nothing.
         self.hold_until = 0.0
         self.claims = 0
@@ -126,13 +138,30 @@ class Producer:
         with self._lock:
             return self.concurrency - self.running
 
+    def wait_refill(self) -> None:
+        """After a full claim, give more slots up to REFILL_WAIT to free before claiming.
+
+        A claim has a fixed cost, so it should carry several jobs rather than
+        the one slot that just freed; :meth:`release` ends the wait as soon as
+        :attr:`refill` slots are free. Call right before a claim.
+        """
+        if self.full and self.free() < self.refill:
+            self.wake.clear()
+            if self.free() < self.refill:
+                self.wake.wait(REFILL_WAIT)
+            self.wake.clear()  # the claim that follows covers whatever woke us
+
     def release(self) -> None:
         """Free a slot; wake the producer if the queue may hold more work."""
         with self._lock:
             self.running -= 1
-        if self.full:
+            free = self.concurrency - self.running
+        if self.full and (free == 1 or free >= self.refill):
+            # The first freed slot starts the refill wait; enough free slots end it.
             self.wake.set()
-        self.worker.activity.set()
+            self.worker.activity.set()
+        elif free >= self.concurrency:
+            self.worker.activity.set()  # idle now: burst mode and wait_idle look again
 
     def claim_once(self) -> int:
         """Claim up to the free slots in one call and start the jobs; return how many."""
@@ -171,12 +200,15 @@ class Producer:
         self.wake.set()  # claim at start
         try:
             while not w.stopping.is_set():
+                # No debounce: claim at once on a wake-up. Wake-ups that arrive
+                # while a claim is in flight set the event again and cause one
+                # more claim, so a burst of inserts costs a few claims.
                 woken = self.wake.wait(poll)
                 if w.stopping.is_set():
                     break
-                if woken:
-                    time.sleep(DEBOUNCE)  # coalesce a burst of wake-ups into one claim
                 self.wake.clear()
+                if woken:
+                    self.wait_refill()
                 hold = self.hold_until - time.monotonic()
                 if hold > 0:
                     w.stopping.wait(min(hold, poll))
@@ -500,7 +532,8 @@ class Worker:
         )
         with self._exec_lock:
             self.executions[job.id] = ex
-        ex.log.debug("started")
+        if _debug():
+            ex.log.debug("started")
         self.executor.submit(ex)
 
     def _on_done(self, ex: Execution, result: JobFinalize | None) -> None:
@@ -673,6 +706,8 @@ class Worker:
         while not self.stopping.is_set():
             flushes = self.completer.flushes
             try:
+                for p in self.producers.values():
+                    p.wait_refill()
                 claimed = sum(p.claim_once() for p in self.producers.values())
                 delay.reset()
             except Exception:
@@ -681,15 +716,19 @@ class Worker:
                 logger.warning("claiming failed; retrying in %.2fs", wait, exc_info=True)
                 self.stopping.wait(wait)
                 continue
-            if claimed == 0 and not self.running() and self.completer.idle():
-                if self.completer.flushes == flushes and not self.fenced:
-                    return
+            if claimed == 0 and not self.running():
+                if self.completer.idle():
+                    if self.completer.flushes == flushes and not self.fenced:
+                        return
+                else:
+                    # Results still pending may make jobs due again: apply them,
+                    # then look once more. (While jobs are claimable, claims do
+                    # not wait for the completer: it batches across claims.)
+                    self.completer.drain(1.0)
                 continue
             self.check_deadlines()
             self.activity.wait(0.05)
             self.activity.clear()
-            if not self.running():
-                self.completer.drain(1.0)
 
     def shutdown(self) -> None:
         """Stop claiming, wait for running jobs, flush results, resign and delete the lease.
@@ -733,4 +772,9 @@ class Worker:
             reset_connection(self.engine.alias)
         self.executor.shutdown(wait=not left)
         self.stranded = left
+        # The thread that ran the worker may outlive it (a test, an embedding
+        # process): leave no connection of this thread open behind it, unless
+        # that thread is inside a transaction of its own.
+        if not self.engine.connection.in_atomic_block:
+            close_thread_connections()
         logger.info("worker (client %s) stopped", self.client_id)

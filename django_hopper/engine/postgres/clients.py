@@ -70,6 +70,7 @@ class ClientsMixin(PostgresSupport):
         row = self._fetchone(
             "client_renew",
             {"client_id": params.client_id, "ttl": _ttl(params.ttl), "now": params.now},
+            prepare=True,
         )
         assert row is not None
         return ClientRenewResult(

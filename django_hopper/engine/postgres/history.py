@@ -62,6 +62,8 @@ HOT_TABLES = ("hopper_job", "hopper_job_dependency", "hopper_batch_progress")
 
 QUERY_CANCELED = "57014"
 DUPLICATE_TABLE = "42P07"
+#: A new partition's range has rows in DEFAULT.
+CHECK_VIOLATION = "23514"
 UNDEFINED_TABLE = "42P01"
 
 
@@ -205,37 +207,32 @@ class PostgresHistoryMixin(PostgresSupport, PeriodicHistoryContract):
             name = partition_name(lower)
             if name in existing:
                 continue
+            args = {"name": name, "lower": lower, "upper": lower + DAY}
+            if self._raw_one("history_maintain.default_has_rows", args)[0]:
+                # The day's rows already sit in DEFAULT (a fresh install, or
+                # maintenance that fell behind). Moving them into a new partition
+                # would race readers: a query planned before the attach and run
+                # after it looks only in DEFAULT and misses them. So the day stays
+                # in DEFAULT, whose rows retention prunes one by one; the days
+                # created ahead, which nothing has written yet, are partitions.
+                continue
             if params.dry_run:
                 result.created.append(name)
                 continue
-            args = {"name": name, "lower": lower, "upper": lower + DAY}
             try:
                 with self._unit(lock):
-                    if self._raw_one("history_maintain.default_has_rows", args)[0]:
-                        self._create_from_default(args)
-                    else:
-                        self._run_text("history_maintain.create_sql", args)
+                    self._run_text("history_maintain.create_sql", args)
             except DjangoDatabaseError as exc:
                 state = _sqlstate(exc)
-                if state == LOCK_NOT_AVAILABLE:
+                if state in (LOCK_NOT_AVAILABLE, CHECK_VIOLATION):
+                    # Locked, or a finalize wrote the day into DEFAULT meanwhile:
+                    # the next pass decides again.
                     result.deferred.append(name)
                     continue
                 if state == DUPLICATE_TABLE:  # another leader created it
                     continue
                 raise DatabaseError(f"history_maintain: creating {name}: {exc}") from exc
             result.created.append(name)
-
-    def _create_from_default(self, args: Mapping[str, Any]) -> None:
-        """Create a day whose rows sit in DEFAULT: a table, the rows moved, attached.
-
-        PostgreSQL refuses a partition for a range DEFAULT has rows of; moving
-        them first under a lock on DEFAULT keeps them from being stranded.
-        """
-        with self.connection.cursor() as cursor:
-            cursor.execute(QUERIES["history_maintain.lock_default"])
-        self._run_text("history_maintain.create_table_sql", args)
-        self._run_text("history_maintain.move_from_default_sql", args)
-        self._run_text("history_maintain.attach_sql", args)
 
     def _drop_expired(
         self,

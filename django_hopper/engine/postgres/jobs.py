@@ -64,6 +64,9 @@ FINAL_STATES = ("completed", "canceled", "discarded")
 _UNIQUE_ROUNDS = 5
 
 _FINALIZE_SKIP_LOCKED = QUERIES["job_finalize_many"].replace("/*SKIP_LOCKED*/", "SKIP LOCKED")
+_COMPLETED = QUERIES["job_finalize_many.completed"]
+_COMPLETED_SKIP_LOCKED = _COMPLETED.replace("/*SKIP_LOCKED*/", "SKIP LOCKED")
+_NO_DELAY = dt.timedelta(0)
 _PROGRESS_NOWAIT = QUERIES["job_record_progress"].replace("/*NOWAIT*/", "NOWAIT")
 
 _COPY_TYPES = [
@@ -104,7 +107,7 @@ class JobsMixin(PostgresSupport):
         if not opts.notify and not any(p.unique_key is not None for p in params):
             # The hot path: one statement, autocommit or the caller's transaction.
             arrays = convert.insert_arrays(params, ids)
-            rows = self._fetchall("job_insert_many", {**arrays, "now": opts.now})
+            rows = self._fetchall("job_insert_many", {**arrays, "now": opts.now}, prepare=True)
             if len(rows) != len(params):  # pragma: no cover - no unique key, no conflict
                 raise DatabaseError(f"inserted {len(rows)} of {len(params)} jobs")
             by_id = {row[0]: row for row in rows}
@@ -138,7 +141,7 @@ class JobsMixin(PostgresSupport):
             sub = [params[i] for i in pending]
             sub_ids = [ids[i] for i in pending]
             arrays = convert.insert_arrays(sub, sub_ids)
-            rows = self._fetchall("job_insert_many", {**arrays, "now": opts.now})
+            rows = self._fetchall("job_insert_many", {**arrays, "now": opts.now}, prepare=True)
             returned = {row[0]: row for row in rows}
             inserted = {
                 job_id: convert.inserted_job(p, arrays, k, returned[job_id])
@@ -303,6 +306,8 @@ class JobsMixin(PostgresSupport):
                 "partition_limit": 0,
                 "limited": False,
             },
+            prepare=True,
+            generic_plan=True,
         )
         return JobClaimResult(jobs=attach_dependencies(self, [job_from_row(row) for row in rows]))
 
@@ -334,6 +339,31 @@ class JobsMixin(PostgresSupport):
             if (f.id, f.fence) not in seen:
                 seen.add((f.id, f.fence))
                 results.append(f)
+        if params.no_batches and all(
+            f.state == "completed"
+            and f.archive
+            and f.log is None
+            and f.error is None
+            and not f.snooze
+            and f.lease_token is None
+            and f.delay >= _NO_DELAY
+            for f in results
+        ):
+            # The common batch: a much smaller statement, same semantics.
+            values = {
+                "id": [f.id for f in results],
+                "attempted_by": [f.attempted_by for f in results],
+                "fence": [f.fence for f in results],
+                "output": [
+                    None if f.output is None else convert.dump_json(f.output, "output")
+                    for f in results
+                ],
+                "now": params.now,
+                "done_channel": CHANNEL_DONE,
+            }
+            lean = _COMPLETED_SKIP_LOCKED if params.skip_locked else _COMPLETED
+            rows = self._fetchall("job_finalize_many.completed", values, sql=lean, prepare=True)
+            return [JobFinalized(id=row[0], fence=row[1]) for row in rows]
         leased = any(f.lease_token is not None for f in results)
         sql = _FINALIZE_SKIP_LOCKED if params.skip_locked and not leased else None
         values = {
@@ -349,7 +379,7 @@ class JobsMixin(PostgresSupport):
             "batches": not params.no_batches,
             "insert_channel": CHANNEL_INSERT,
         }
-        rows = self._fetchall("job_finalize_many", values, sql=sql)
+        rows = self._fetchall("job_finalize_many", values, sql=sql, prepare=True)
         return [JobFinalized(id=row[0], fence=row[1]) for row in rows]
 
     def job_record_progress(self, params: JobRecordProgressParams) -> Progress | None:
@@ -366,13 +396,15 @@ class JobsMixin(PostgresSupport):
             "now": params.now,
         }
         if not params.no_wait:
-            row = self._fetchone("job_record_progress", values)
+            row = self._fetchone("job_record_progress", values, prepare=True)
         elif self.connection.in_atomic_block:
             # A refused lock aborts the transaction; a savepoint keeps the caller's usable.
             with transaction.atomic(using=self.alias, savepoint=True):
-                row = self._fetchone("job_record_progress", values, sql=_PROGRESS_NOWAIT)
+                row = self._fetchone(
+                    "job_record_progress", values, sql=_PROGRESS_NOWAIT, prepare=True
+                )
         else:
-            row = self._fetchone("job_record_progress", values, sql=_PROGRESS_NOWAIT)
+            row = self._fetchone("job_record_progress", values, sql=_PROGRESS_NOWAIT, prepare=True)
         if row is None:
             return None
         return Progress.from_json(convert.load_json(row[0]))

@@ -12,6 +12,7 @@ from django_hopper.engine.base import (
     JobInsertResult,
     MessagePublishParams,
     PubSubContract,
+    StreamConsumerRow,
     SubscriptionRow,
 )
 from django_hopper.engine.postgres import convert
@@ -34,6 +35,18 @@ def subscription_from_row(r: Sequence[Any]) -> SubscriptionRow:
     )
 
 
+def route_columns(rows: Sequence[SubscriptionRow | StreamConsumerRow]) -> dict[str, list[Any]]:
+    """Return the upsert's column arrays a subscription and a stream consumer share."""
+    return {
+        "names": [r.name for r in rows],
+        "patterns": [r.pattern for r in rows],
+        "kinds": [r.kind for r in rows],
+        "queues": [r.queue for r in rows],
+        "max_attempts": [r.max_attempts for r in rows],
+        "metadata": [convert.dump_json(r.metadata, "metadata") for r in rows],
+    }
+
+
 class PubSubMixin(PostgresSupport, PubSubContract):
     """subscription_upsert, subscription_list and message_publish."""
 
@@ -44,19 +57,7 @@ class PubSubMixin(PostgresSupport, PubSubContract):
         checked = {r.name: r for r in (topics.check_subscription(r) for r in rows)}
         if not checked:
             return
-        subs = list(checked.values())
-        self._execute(
-            "subscription_upsert",
-            {
-                "now": now,
-                "names": [s.name for s in subs],
-                "patterns": [s.pattern for s in subs],
-                "kinds": [s.kind for s in subs],
-                "queues": [s.queue for s in subs],
-                "max_attempts": [s.max_attempts for s in subs],
-                "metadata": [convert.dump_json(s.metadata, "metadata") for s in subs],
-            },
-        )
+        self._execute("subscription_upsert", {"now": now, **route_columns(list(checked.values()))})
 
     def subscription_list(self) -> list[SubscriptionRow]:
         """Return every subscription, by name."""

@@ -84,6 +84,7 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
                     "partition_limit": partition_limit,
                     "limited": True,
                 },
+                prepare=True,
             )
             if state is not None and plan is not None and plan.tokens is not None:
                 self._execute(

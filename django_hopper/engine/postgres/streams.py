@@ -30,6 +30,7 @@ from django_hopper.engine.base import (
     StreamStart,
 )
 from django_hopper.engine.postgres import convert
+from django_hopper.engine.postgres.pubsub import route_columns
 from django_hopper.engine.postgres.support import PostgresSupport
 from django_hopper.exceptions import InvalidJob, NotFound
 from django_hopper.ids import new_id
@@ -176,12 +177,7 @@ class StreamsMixin(PostgresSupport, StreamsContract):
             {
                 "latest": self._latest(),
                 "now": now,
-                "names": [c.name for c in consumers],
-                "patterns": [c.pattern for c in consumers],
-                "kinds": [c.kind for c in consumers],
-                "queues": [c.queue for c in consumers],
-                "max_attempts": [c.max_attempts for c in consumers],
-                "metadata": [convert.dump_json(c.metadata, "metadata") for c in consumers],
+                **route_columns(consumers),
                 "starts": [c.start for c in consumers],
             },
         )

@@ -5,11 +5,29 @@ Queries run on the Django connection of the engine's alias, so a call made
 inside ``transaction.atomic()`` is part of the caller's transaction (the
 transactional-enqueue promise). Driver errors never leave the engine: they
 become :mod:`django_hopper.exceptions`.
+
+The hot statements (insert, claim, finalize, progress, client renewal) run as
+server-side prepared statements (``prepare=True``): Django's own cursor binds
+client side and prepares nothing, so PostgreSQL would parse and plan them on
+every call (the plan costs more than the run), and psycopg would re-parse
+their text in Python. They run on a plain psycopg cursor over the same raw
+connection Django's atomic blocks control, so they stay transactional.
+``HOPPER["PREPARED_STATEMENTS"] = False`` (PgBouncer in transaction mode before
+1.21) sends them through Django's cursor instead; the SQL works both ways.
+
+PostgreSQL plans a prepared statement for its parameters ("custom" plans)
+unless the plan for any parameters ("generic") looks no costlier, and for the
+claim it never does once the table is not tiny: ``LIMIT $n`` is estimated at
+a tenth of the rows. So the claim, when it is its own transaction, runs with
+``plan_cache_mode = force_generic_plan`` set for that transaction only (a
+``set_config`` pipelined with it: one round trip); its generic plan uses the
+same partial indexes and is made once per connection (again after ANALYZE).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -18,6 +36,7 @@ import psycopg
 from django.db import Error as DjangoDatabaseError
 from django.db import transaction
 
+from django_hopper.conf import hopper_settings
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.queries import load
 from django_hopper.exceptions import (
@@ -36,6 +55,41 @@ LOCK_NOT_AVAILABLE = "55P03"
 UNIQUE_VIOLATION = "23505"
 CHECK_VIOLATION = "23514"
 NOT_NULL_VIOLATION = "23502"
+
+#: The raw connection's prepare_threshold when Django left it None (no
+#: preparing): only ``prepare=True`` prepares, never a query run often.
+_EXPLICIT_PREPARE_ONLY = 1 << 30
+
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+_FORCE_GENERIC_PLAN = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+
+
+#: What compact() keeps (quoted literals and names) or tightens (punctuation).
+_TIGHTEN = re.compile(r"""('(?:[^']|'')*'|"(?:[^"]|"")*")|\s*([,()])\s*|\s+=\s+|\s+""")
+_COMPACT: dict[str, str] = {}
+
+
+def _tighten(m: re.Match[str]) -> str:
+    if m.group(1):
+        return m.group(1)
+    if m.group(2):
+        return m.group(2)
+    return "=" if "=" in m.group(0) else " "
+
+
+def compact(sql: str) -> str:
+    """Return ``sql`` without the layout whitespace, memoized.
+
+    A prepared statement's text is sent to the server once, but psycopg
+    converts it (placeholders) on every call unless it is at most 4,096
+    characters, which the claim is only once compacted. Text with a line
+    comment is left alone.
+    """
+    out = _COMPACT.get(sql)
+    if out is None:
+        out = sql if "--" in sql else _TIGHTEN.sub(_tighten, sql).strip()
+        _COMPACT[sql] = out
+    return out
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -81,23 +135,97 @@ class PostgresSupport(BaseEngine):
         """
         return transaction.atomic(using=self.alias, savepoint=False)
 
+    def _prepared_cursor(self) -> psycopg.Cursor[Any] | None:
+        """Return a server-binding cursor on Django's connection, or None to use Django's.
+
+        None when prepared statements are off, or when Django logs queries or
+        has execute wrappers (DEBUG, CaptureQueriesContext, instrumentation),
+        which only see statements sent through its own cursor.
+        """
+        conn = self.connection
+        if conn.queries_logged or conn.execute_wrappers or not hopper_settings.PREPARED_STATEMENTS:
+            return None
+        # What Django's cursor() and execute() check before a statement.
+        conn.close_if_health_check_failed()
+        conn.ensure_connection()
+        conn.validate_thread_sharing()
+        conn.validate_no_broken_transaction()
+        raw = conn.connection
+        if raw.prepare_threshold is None:
+            raw.prepare_threshold = _EXPLICIT_PREPARE_ONLY
+        return psycopg.Cursor(raw)
+
     def _fetchall(
-        self, name: str, params: Mapping[str, Any], sql: str | None = None
+        self,
+        name: str,
+        params: Mapping[str, Any],
+        sql: str | None = None,
+        *,
+        prepare: bool = False,
+        generic_plan: bool = False,
     ) -> list[tuple[Any, ...]]:
-        """Run a named query and return its rows."""
-        with db_errors(), self.connection.cursor() as cursor:
-            cursor.execute(sql or QUERIES[name], params)
-            if cursor.description is None:
-                return []
-            return cursor.fetchall()  # type: ignore[no-any-return]
+        """Run a named query and return its rows (prepared with ``prepare``).
+
+        ``generic_plan``: outside a transaction, run it in one of its own with
+        the generic plan forced (see the module docstring).
+        """
+        with db_errors():
+            cursor = self._prepared_cursor() if prepare else None
+            if cursor is not None and generic_plan:
+                raw = cursor.connection
+                if (
+                    raw.autocommit
+                    and raw.info.transaction_status == _IDLE
+                    and psycopg.Pipeline.is_supported()
+                ):
+                    with self.connection.wrap_database_errors, cursor:
+                        return self._run_generic(cursor, compact(sql or QUERIES[name]), params)
+            if cursor is not None:
+                with self.connection.wrap_database_errors, cursor:
+                    cursor.execute(compact(sql or QUERIES[name]), params, prepare=True)
+                    if cursor.description is None:
+                        return []
+                    return cursor.fetchall()
+            with self.connection.cursor() as django_cursor:
+                django_cursor.execute(sql or QUERIES[name], params)
+                if django_cursor.description is None:
+                    return []
+                return django_cursor.fetchall()  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _run_generic(
+        cursor: psycopg.Cursor[Any], sql: str, params: Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        """Force the generic plan for the statement: one round trip, one transaction.
+
+        In a pipeline the statements up to the Sync form one implicit
+        transaction, so the local setting holds for the statement and ends
+        with it; a failure rolls both back.
+        """
+        raw = cursor.connection
+        with raw.pipeline(), psycopg.Cursor(raw) as setting:
+            setting.execute(_FORCE_GENERIC_PLAN)
+            cursor.execute(sql, params, prepare=True)
+        return cursor.fetchall()
 
     def _fetchone(
-        self, name: str, params: Mapping[str, Any], sql: str | None = None
+        self,
+        name: str,
+        params: Mapping[str, Any],
+        sql: str | None = None,
+        *,
+        prepare: bool = False,
     ) -> tuple[Any, ...] | None:
-        """Run a named query and return its first row, or None."""
-        with db_errors(), self.connection.cursor() as cursor:
-            cursor.execute(sql or QUERIES[name], params)
-            return cursor.fetchone()  # type: ignore[no-any-return]
+        """Run a named query and return its first row, or None (prepared with ``prepare``)."""
+        with db_errors():
+            cursor = self._prepared_cursor() if prepare else None
+            if cursor is not None:
+                with self.connection.wrap_database_errors, cursor:
+                    cursor.execute(compact(sql or QUERIES[name]), params, prepare=True)
+                    return cursor.fetchone()
+            with self.connection.cursor() as django_cursor:
+                django_cursor.execute(sql or QUERIES[name], params)
+                return django_cursor.fetchone()  # type: ignore[no-any-return]
 
     def _execute(self, name: str, params: Mapping[str, Any]) -> int:
         """Run a named statement and return how many rows it changed."""

@@ -101,6 +101,39 @@ def _check_insert(p: JobInsertParams) -> None:
             )
 
 
+def inserted_row(
+    job_id: JobID,
+    p: JobInsertParams,
+    state: str,
+    sched: dt.datetime,
+    now: dt.datetime,
+    tags: list[str],
+    expires: dt.datetime | None,
+    **extra: Any,
+) -> JobRow:
+    """Return the row of a job just inserted from ``p`` (times in UTC); ``extra``
+    are the fields a plain insert and a workflow's set differently."""
+    return JobRow(
+        id=job_id,
+        kind=p.kind,
+        queue=p.queue,
+        state=state,
+        priority=p.priority,
+        attempt=0,
+        max_attempts=p.max_attempts,
+        scheduled_at=sched.astimezone(dt.UTC),
+        created_at=now.astimezone(dt.UTC),
+        args=p.args,
+        metadata=p.metadata,
+        ordering_key=p.ordering_key,
+        partition_key=p.partition_key,
+        tags=tags,
+        expires_at=expires.astimezone(dt.UTC) if expires is not None else None,
+        awaited=p.awaited,
+        **extra,
+    )
+
+
 class JobsMixin(SQLiteSupport):
     """The job half of the engine contract on SQLite."""
 
@@ -155,26 +188,17 @@ class JobsMixin(SQLiteSupport):
                 ]
             )
             jobs.append(
-                JobRow(
-                    id=job_id,
-                    kind=p.kind,
-                    queue=p.queue,
-                    state=state,
-                    priority=p.priority,
-                    attempt=0,
-                    max_attempts=p.max_attempts,
-                    scheduled_at=sched.astimezone(dt.UTC),
-                    created_at=now.astimezone(dt.UTC),
-                    args=p.args,
-                    metadata=p.metadata,
+                inserted_row(
+                    job_id,
+                    p,
+                    state,
+                    sched,
+                    now,
+                    tags,
+                    expires,
                     errors=[],
                     unique_key=p.unique_key,
-                    ordering_key=p.ordering_key,
-                    partition_key=p.partition_key,
-                    tags=tags,
                     batch_id=p.batch_id,
-                    expires_at=expires.astimezone(dt.UTC) if expires is not None else None,
-                    awaited=p.awaited,
                 )
             )
             if p.unique_key is not None and p.unique_finished:
@@ -277,18 +301,20 @@ class JobsMixin(SQLiteSupport):
             if params.limit < 0:
                 raise InvalidJob(f"limit must not be negative, not {params.limit}", field="limit")
             return JobClaimResult(jobs=[])
-        _, now_s = self._now(params.now)
-        args: dict[str, Any] = {
-            "queue": params.queue,
-            "now": now_s,
-            "client_id": params.client_id,
-            "limit": params.limit,
-            # The unlimited path; the limited one is QueuesMixin.job_claim (queues.py).
-            "scan": params.limit,
-            "partition_limit": 0,
-            "limited": False,
-        }
         with self._atomic(), self._cursor() as c:
+            # Read the clock under the write lock (BEGIN IMMEDIATE), so that
+            # database time follows the order in which writers commit.
+            _, now_s = self._now(params.now)
+            args: dict[str, Any] = {
+                "queue": params.queue,
+                "now": now_s,
+                "client_id": params.client_id,
+                "limit": params.limit,
+                # The unlimited path; the limited one is QueuesMixin.job_claim (queues.py).
+                "scan": params.limit,
+                "partition_limit": 0,
+                "limited": False,
+            }
             c.execute(Q["job_claim.promote"], args)
             c.execute(Q["job_claim"], args)
             jobs = [job_from_row(r) for r in c.fetchall()]
@@ -316,6 +342,15 @@ class JobsMixin(SQLiteSupport):
         """Apply a batch of results, each fenced to its claim, in one transaction."""
         if not params.jobs:
             return []
+        if params.skip_locked:
+            return self._finalize_many(params)
+        # Take the write lock first so that the time stamped on the results is
+        # read under it, in commit order with every other writer's.
+        with self._atomic():
+            return self._finalize_many(params)
+
+    def _finalize_many(self, params: JobFinalizeParams) -> list[JobFinalized]:
+        """Check and stamp the results, then apply them (see job_finalize_many)."""
         now, now_s = self._now(params.now)
         at = now.astimezone(dt.UTC).isoformat()
         batch: list[list[Any]] = []

@@ -12,6 +12,7 @@ from django_hopper.engine.base import (
     JobInsertResult,
     MessagePublishParams,
     PubSubContract,
+    StreamConsumerRow,
     SubscriptionRow,
 )
 from django_hopper.engine.sqlite.convert import _loads, dumps, from_db_time
@@ -41,6 +42,19 @@ def subscription_from_row(r: Sequence[Any]) -> SubscriptionRow:
     )
 
 
+def route_params(row: SubscriptionRow | StreamConsumerRow, now_s: str) -> dict[str, Any]:
+    """Return the upsert parameters a subscription and a stream consumer share."""
+    return {
+        "name": row.name,
+        "pattern": row.pattern,
+        "kind": row.kind,
+        "queue": row.queue,
+        "max_attempts": row.max_attempts,
+        "metadata": dumps(row.metadata, "metadata"),
+        "now": now_s,
+    }
+
+
 class PubSubMixin(SQLiteSupport, PubSubContract):
     """subscription_upsert, subscription_list and message_publish."""
 
@@ -56,18 +70,7 @@ class PubSubMixin(SQLiteSupport, PubSubContract):
         with self._atomic(), self._cursor() as c:
             c.executemany(
                 Q["subscription_upsert"],
-                [
-                    {
-                        "name": s.name,
-                        "pattern": s.pattern,
-                        "kind": s.kind,
-                        "queue": s.queue,
-                        "max_attempts": s.max_attempts,
-                        "metadata": dumps(s.metadata, "metadata"),
-                        "now": now_s,
-                    }
-                    for s in checked.values()
-                ],
+                [route_params(s, now_s) for s in checked.values()],
             )
 
     @translate_errors

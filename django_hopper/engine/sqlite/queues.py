@@ -78,8 +78,8 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
         if _limit(params.limit) == 0:
             return JobClaimResult(jobs=[])
         queue = validation.queue_name(params.queue)
-        now, now_s = self._now(params.now)
         with self._atomic(), self._cursor() as c:
+            now, now_s = self._now(params.now)  # under the write lock: commit order
             c.execute(Q["job_claim.lock"], {"queue": queue})
             row = c.fetchone()
             state: QueueState | None = None

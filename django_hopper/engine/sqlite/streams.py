@@ -25,7 +25,7 @@ from django_hopper.engine.base import (
     StreamSeekParams,
 )
 from django_hopper.engine.sqlite.convert import db_time, dumps, from_db_time
-from django_hopper.engine.sqlite.pubsub import load_object
+from django_hopper.engine.sqlite.pubsub import load_object, route_params
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.exceptions import InvalidJob, NotFound
 from django_hopper.ids import new_id
@@ -126,19 +126,7 @@ class StreamsMixin(SQLiteSupport, StreamsContract):
         with self._atomic(), self._cursor() as c:
             c.executemany(
                 Q["stream_consumer_upsert"],
-                [
-                    {
-                        "name": r.name,
-                        "pattern": r.pattern,
-                        "kind": r.kind,
-                        "queue": r.queue,
-                        "max_attempts": r.max_attempts,
-                        "metadata": dumps(r.metadata, "metadata"),
-                        "start": r.start,
-                        "now": now_s,
-                    }
-                    for r in checked.values()
-                ],
+                [{**route_params(r, now_s), "start": r.start} for r in checked.values()],
             )
 
     @translate_errors

@@ -38,7 +38,7 @@ from django_hopper.engine.sqlite.batches import (
     stored_callbacks,
 )
 from django_hopper.engine.sqlite.convert import _loads, db_time, dumps, job_from_row
-from django_hopper.engine.sqlite.jobs import _check_insert
+from django_hopper.engine.sqlite.jobs import _check_insert, inserted_row
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.exceptions import InvalidJob
 from django_hopper.ids import new_id
@@ -83,24 +83,15 @@ class WorkflowsMixin(SQLiteSupport, BatchWorkflowContract):
             )  # fmt: skip
             results.append(
                 JobInsertResult(
-                    JobRow(
-                        id=job_id,
-                        kind=p.kind,
-                        queue=p.queue,
-                        state=state,
-                        priority=p.priority,
-                        attempt=0,
-                        max_attempts=p.max_attempts,
-                        scheduled_at=sched.astimezone(dt.UTC),
-                        created_at=now.astimezone(dt.UTC),
-                        args=p.args,
-                        metadata=p.metadata,
-                        ordering_key=p.ordering_key,
-                        partition_key=p.partition_key,
-                        tags=tags,
+                    inserted_row(
+                        job_id,
+                        p,
+                        state,
+                        sched,
+                        now,
+                        tags,
+                        expires,
                         batch_id=batch_id,
-                        expires_at=expires.astimezone(dt.UTC) if expires is not None else None,
-                        awaited=p.awaited,
                         step=steps[i],
                     )
                 )

@@ -20,25 +20,6 @@ SELECT EXISTS (
 SELECT format('CREATE TABLE %%I PARTITION OF hopper_job_history FOR VALUES FROM (%%L) TO (%%L)',
               %(name)s::text, %(lower)s::timestamptz, %(upper)s::timestamptz);
 
--- name: history_maintain.lock_default
--- The slow path of a creation: rows of the new range sit in DEFAULT. Hold off
--- its writers while they move (bounded by the lock timeout like the rest).
-LOCK TABLE hopper_job_history_default IN SHARE ROW EXCLUSIVE MODE;
-
--- name: history_maintain.create_table_sql
-SELECT format('CREATE TABLE %%I (LIKE hopper_job_history INCLUDING DEFAULTS INCLUDING CONSTRAINTS)',
-              %(name)s::text);
-
--- name: history_maintain.move_from_default_sql
-SELECT format('WITH moved AS (DELETE FROM hopper_job_history_default '
-              'WHERE finalized_at >= %%L AND finalized_at < %%L RETURNING *) '
-              'INSERT INTO %%I SELECT * FROM moved',
-              %(lower)s::timestamptz, %(upper)s::timestamptz, %(name)s::text);
-
--- name: history_maintain.attach_sql
-SELECT format('ALTER TABLE hopper_job_history ATTACH PARTITION %%I FOR VALUES FROM (%%L) TO (%%L)',
-              %(name)s::text, %(lower)s::timestamptz, %(upper)s::timestamptz);
-
 -- name: history_maintain.count_survivors
 -- Rows of a day still within their own retention (up to limit): they would
 -- move to DEFAULT if the day were dropped now.

@@ -5,6 +5,9 @@
 -- (NULL for live jobs). Database time is coalesce(%(now)s, now()), so tests
 -- can inject a clock. Optional filters are written `(%(x)s IS NULL OR ...)`:
 -- parameters are bound client side, so the planner folds the unused ones away.
+-- The hot statements (insert, claim, finalize, progress) are prepared with
+-- server-side binding instead (support.py): every parameter needs a type the
+-- server can infer, and in their generic plans the flags are one-time filters.
 
 -- name: now
 SELECT now()
@@ -149,6 +152,9 @@ FROM STDIN (FORMAT BINARY)
 -- Partition limit (limited path): each candidate's rank in its partition plus
 -- the partition's running jobs must not pass %(partition_limit)s (0: none);
 -- the candidate CTEs read %(scan)s rows so that full partitions are skipped.
+-- The updates find their rows by `id = ANY (ARRAY(...))`, a primary-key probe
+-- per row whatever the table's estimate (a join on the CTE may turn into a
+-- sequential scan of the live table when its statistics are stale).
 WITH RECURSIVE
 gate AS (
     SELECT NOT EXISTS (
@@ -256,8 +262,8 @@ picked AS (
 promoted AS (
     UPDATE hopper_job j
     SET state = 'available', snooze_reason = NULL
-    FROM due d
-    WHERE j.id = d.id AND d.id NOT IN (SELECT p.id FROM picked p)
+    WHERE j.id = ANY (ARRAY(SELECT d.id FROM due d
+                            WHERE d.id NOT IN (SELECT p.id FROM picked p)))
 ),
 claimed AS (
     UPDATE hopper_job j
@@ -272,8 +278,7 @@ claimed AS (
         lease_renewed_at = NULL,
         metadata = CASE WHEN j.ordering_key IS NOT NULL AND j.metadata ? '_hopper_wake'
                         THEN j.metadata - '_hopper_wake' ELSE j.metadata END
-    FROM picked p
-    WHERE j.id = p.id
+    WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))
     RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
         j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
         j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
@@ -311,7 +316,8 @@ SELECT count(*), coalesce(array_agg(DISTINCT queue), '{}'::text[]) FROM promoted
 -- applying "cancel wins"; terminal ones move to history (or vanish, for
 -- completed with archive false), the others stay live. Logs, log trimming
 -- and the done notifications of awaited jobs happen in the same statement.
--- The %(has_*)s flags are literals, so the planner drops the unused parts.
+-- The %(has_*)s flags turn the unused parts off (one-time filters when the
+-- statement is prepared). job_finalize_many.completed is the common case.
 WITH input AS (
     SELECT *
     FROM unnest(%(id)s::uuid[], %(attempted_by)s::int8[], %(fence)s::int8[],
@@ -473,6 +479,51 @@ dependents_woken AS (
 SELECT m.id, m.fence
 FROM locked m CROSS JOIN done CROSS JOIN dependents_woken
 ORDER BY m.ord
+
+-- name: job_finalize_many.completed
+-- job_finalize_many for the common batch: every result completed and
+-- archived, without log, error, snooze or job lease, and no job in a batch
+-- (no_batches). Same fence and lock order; history gets the same row; the
+-- awaited jobs' done notifications are sent.
+WITH input AS (
+    SELECT *
+    FROM unnest(%(id)s::uuid[], %(attempted_by)s::int8[], %(fence)s::int8[], %(output)s::text[])
+         WITH ORDINALITY AS t(id, attempted_by, fence, output, ord)
+),
+locked AS (
+    SELECT j.id, j.fence, i.ord, i.output
+    FROM hopper_job j
+    JOIN input i ON j.id = i.id
+    WHERE j.state = 'running' AND j.fence = i.fence
+      AND j.lease_token IS NULL AND j.attempted_by = i.attempted_by
+    ORDER BY j.id
+    FOR UPDATE OF j /*SKIP_LOCKED*/
+),
+gone AS (
+    DELETE FROM hopper_job j
+    USING locked m
+    WHERE j.id = m.id
+    RETURNING j.id, j.kind, j.queue, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
+        j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
+        j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
+        j.cancel_requested_at, j.awaited, j.created_at, j.progress, j.step, m.output
+),
+archived AS (
+    INSERT INTO hopper_job_history (id, kind, queue, state, priority, attempt, max_attempts,
+        scheduled_at, attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
+        ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at, awaited,
+        created_at, progress, step, finalized_at, output)
+    SELECT g.id, g.kind, g.queue, 'completed', g.priority, g.attempt, g.max_attempts,
+           g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, g.metadata,
+           g.errors, g.unique_key, g.ordering_key, g.partition_key, g.tags, g.batch_id,
+           g.expires_at, g.cancel_requested_at, g.awaited, g.created_at, g.progress, g.step,
+           coalesce(%(now)s::timestamptz, now()), g.output::jsonb
+    FROM gone g
+),
+done AS (
+    SELECT count(pg_notify(%(done_channel)s, g.id::text)) AS n FROM gone g WHERE g.awaited
+)
+SELECT m.id, m.fence FROM locked m CROSS JOIN done ORDER BY m.ord
 
 -- name: job_record_progress
 -- Fenced like a finalize, and on the attempt number too. /*NOWAIT*/ becomes
