@@ -19,9 +19,7 @@ from django_hopper.periodic_services import HistoryRetention
 def test_retention__first_pass_keeps_jobs_finalized_today(tx_engine: BaseEngine) -> None:
     engine = tx_engine
     engine.job_insert_many([JobInsertParams(kind="tests.fresh") for _ in range(3)], JobInsertOpts())
-    client = engine.client_register(
-        ClientRegisterParams(hostname="t", ttl=dt.timedelta(minutes=1))
-    )
+    client = engine.client_register(ClientRegisterParams(hostname="t", ttl=dt.timedelta(minutes=1)))
     jobs = engine.job_claim(JobClaimParams(queue="default", client_id=client, limit=3)).jobs
     engine.job_finalize_many(
         JobFinalizeParams(
