@@ -104,10 +104,12 @@ class JobsMixin(PostgresSupport):
         for p in params:
             convert.validate_insert(p)
         ids = convert.job_ids(params)
-        if not opts.notify and not any(p.unique_key is not None for p in params):
-            # The hot path: one statement, autocommit or the caller's transaction.
+        if not any(p.unique_key is not None for p in params):
+            # The hot path: one statement (wake-ups included), autocommit or the
+            # caller's transaction.
             arrays = convert.insert_arrays(params, ids)
-            rows = self._fetchall("job_insert_many", {**arrays, "now": opts.now}, prepare=True)
+            values = {**arrays, "now": opts.now, "notify": opts.notify, "channel": CHANNEL_INSERT}
+            rows = self._fetchall("job_insert_many", values, prepare=True)
             if len(rows) != len(params):  # pragma: no cover - no unique key, no conflict
                 raise DatabaseError(f"inserted {len(rows)} of {len(params)} jobs")
             by_id = {row[0]: row for row in rows}
@@ -141,7 +143,9 @@ class JobsMixin(PostgresSupport):
             sub = [params[i] for i in pending]
             sub_ids = [ids[i] for i in pending]
             arrays = convert.insert_arrays(sub, sub_ids)
-            rows = self._fetchall("job_insert_many", {**arrays, "now": opts.now}, prepare=True)
+            # Wake-ups come after the duplicates are settled (_notify_inserted).
+            values = {**arrays, "now": opts.now, "notify": False, "channel": CHANNEL_INSERT}
+            rows = self._fetchall("job_insert_many", values, prepare=True)
             returned = {row[0]: row for row in rows}
             inserted = {
                 job_id: convert.inserted_job(p, arrays, k, returned[job_id])

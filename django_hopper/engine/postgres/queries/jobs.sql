@@ -24,7 +24,9 @@ SELECT to_regclass('django_migrations') IS NOT NULL
 -- One statement for the whole batch. A unique key held by a live job makes
 -- ON CONFLICT skip the input (waiting for an uncommitted holder), never an
 -- IntegrityError; the engine then reads the holder (job_insert_many.existing).
--- It returns only what the database decided: the engine knows the rest.
+-- It returns only what the database decided: the engine knows the rest. With
+-- %(notify)s it also wakes the workers of each queue that got an available job,
+-- at commit, in the same round trip.
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 input AS (
     SELECT t.*, coalesce(t.sched, c.now) AS scheduled_at, c.now
@@ -37,20 +39,29 @@ input AS (
                               tags, unique_key, ordering_key, partition_key, batch_id, ttl,
                               awaited, ord)
     CROSS JOIN clock c
+),
+inserted AS (
+    INSERT INTO hopper_job AS j (id, kind, queue, state, priority, attempt, max_attempts,
+                                 scheduled_at, fence, args, metadata, errors, unique_key,
+                                 ordering_key, partition_key, tags, batch_id, expires_at,
+                                 awaited, created_at)
+    SELECT i.id, i.kind, i.queue,
+           CASE WHEN i.scheduled_at > i.now THEN 'scheduled' ELSE 'available' END,
+           i.priority, 0, i.max_attempts, i.scheduled_at, 0, i.args::jsonb,
+           i.metadata::jsonb, '[]'::jsonb, i.unique_key, i.ordering_key, i.partition_key,
+           i.tags::jsonb, i.batch_id, i.now + i.ttl, i.awaited, i.now
+    FROM input i
+    ORDER BY i.ord
+    ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING j.id, j.state, j.scheduled_at, j.expires_at, j.created_at, j.queue
+),
+woken AS (
+    SELECT count(pg_notify(%(channel)s::text, w.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted
+          WHERE %(notify)s::boolean AND state = 'available') w
 )
-INSERT INTO hopper_job AS j (id, kind, queue, state, priority, attempt, max_attempts,
-                             scheduled_at, fence, args, metadata, errors, unique_key,
-                             ordering_key, partition_key, tags, batch_id, expires_at, awaited,
-                             created_at)
-SELECT i.id, i.kind, i.queue,
-       CASE WHEN i.scheduled_at > i.now THEN 'scheduled' ELSE 'available' END,
-       i.priority, 0, i.max_attempts, i.scheduled_at, 0, i.args::jsonb, i.metadata::jsonb,
-       '[]'::jsonb, i.unique_key, i.ordering_key, i.partition_key, i.tags::jsonb, i.batch_id,
-       i.now + i.ttl, i.awaited, i.now
-FROM input i
-ORDER BY i.ord
-ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-RETURNING j.id, j.state, j.scheduled_at, j.expires_at, j.created_at
+SELECT i.id, i.state, i.scheduled_at, i.expires_at, i.created_at
+FROM inserted i CROSS JOIN woken
 
 -- name: job_insert_many.existing
 -- The live jobs holding the unique keys of inputs the insert skipped.
