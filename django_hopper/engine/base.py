@@ -1431,6 +1431,19 @@ class JobExpireLeasesParams:
 LEASE_EXPIRED_ERROR = "job lease expired"
 
 
+def rescued_state(job: JobRow) -> str:
+    """Return how hopper ends an attempt it takes from a holder that stopped reporting.
+
+    Canceled if a cancel was requested, discarded on the last attempt, retryable
+    otherwise: the one rule for the rescuer and for lease expiry.
+    """
+    if job.cancel_requested_at is not None:
+        return "canceled"
+    if job.attempt >= job.max_attempts:
+        return "discarded"
+    return "retryable"
+
+
 def lease_expiry_result(job: JobRow, token: JobID) -> JobFinalize:
     """Return how an expired lease ends ``job``'s attempt: the rule, written once.
 
@@ -1445,17 +1458,11 @@ def lease_expiry_result(job: JobRow, token: JobID) -> JobFinalize:
         fence=job.fence,
         rescue=RescueReason.LEASE_EXPIRED,
     )
-    if job.cancel_requested_at is not None:
-        state = "canceled"
-    elif job.attempt >= job.max_attempts:
-        state = "discarded"
-    else:
-        state = "retryable"
     return JobFinalize(
         id=job.id,
         attempted_by=None,
         fence=job.fence,
-        state=state,
+        state=rescued_state(job),
         error=err,
         lease_token=token,
     )

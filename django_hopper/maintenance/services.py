@@ -18,6 +18,7 @@ from django_hopper.engine.base import (
     JobRescueParams,
     JobScheduleParams,
     RescueReason,
+    rescued_state,
 )
 from django_hopper.retry import backoff
 
@@ -76,18 +77,13 @@ class Rescuer(Service):
         error = AttemptError(
             at=None, attempt=job.attempt, error=message, fence=job.fence, rescue=reason
         )
-        if job.cancel_requested_at is not None:
-            state, delay = "canceled", None
-        elif job.attempt >= job.max_attempts:
-            state, delay = "discarded", None
-        else:
-            state, delay = "retryable", backoff(job.attempt)
+        state = rescued_state(job)
         return JobFinalize(
             id=job.id,
             attempted_by=job.attempted_by,
             fence=job.fence,
             state=state,
-            delay=delay or dt.timedelta(0),
+            delay=backoff(job.attempt) if state == "retryable" else dt.timedelta(0),
             error=error,
         )
 
