@@ -63,6 +63,16 @@ class DatabaseError(HopperError):
     """A database error that hopper could not attribute to the caller's input."""
 
 
+class DatabaseUnavailable(DatabaseError):
+    """The database cannot serve the call for now.
+
+    The connection was lost or could not be made (a server restart, a
+    terminated backend) or, on SQLite, the file stayed locked past the busy
+    timeout. Nothing about the request was wrong: the same call may succeed
+    later on a new connection, so long-running processes retry it with a backoff.
+    """
+
+
 class JobFailed(HopperError):
     """An awaited job finished without completing (canceled or discarded)."""
 

@@ -23,7 +23,13 @@ from django_hopper.engine.base import (
     JobRecordProgressParams,
     JobRetryParams,
 )
-from django_hopper.exceptions import DatabaseError, InvalidJob, JobLocked, UniqueConflict
+from django_hopper.exceptions import (
+    DatabaseError,
+    DatabaseUnavailable,
+    InvalidJob,
+    JobLocked,
+    UniqueConflict,
+)
 from tests.engine_conformance.support import (
     HOUR,
     MINUTE,
@@ -254,6 +260,25 @@ def test_listener__a_lost_connection_raises_database_error(tx_engine: BaseEngine
                 listener.next(0.1)
     finally:
         listener.close()
+
+
+def test_errors__a_terminated_connection_is_database_unavailable(tx_engine: BaseEngine) -> None:
+    """A killed backend is a retryable condition, not a bad query: callers may retry."""
+    tx_engine.now()
+    pid = connection.connection.info.backend_pid
+    with other_connection() as other:
+        other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        other.commit()
+    with pytest.raises(DatabaseUnavailable, match="terminating connection"):
+        tx_engine.now()
+    connection.close()
+    assert tx_engine.now() is not None  # a new connection works
+
+
+def test_errors__a_bad_query_is_not_database_unavailable(tx_engine: BaseEngine) -> None:
+    with pytest.raises(DatabaseError) as caught:
+        tx_engine._fetchone("x", (), sql="SELECT * FROM no_such_table")  # type: ignore[attr-defined]
+    assert not isinstance(caught.value, DatabaseUnavailable)
 
 
 def test_leader__resign_notifies_only_when_held(engine: BaseEngine, db_now: dt.datetime) -> None:

@@ -41,7 +41,7 @@ from django_hopper.engine.base import (
     JobClaimParams,
     JobFinalize,
 )
-from django_hopper.exceptions import UnknownJobKind
+from django_hopper.exceptions import DatabaseUnavailable, UnknownJobKind
 from django_hopper.maintenance.leader import Elector, Maintainer
 from django_hopper.worker import execution
 from django_hopper.worker.completer import Completer
@@ -402,7 +402,13 @@ class Worker:
     # -- lease --------------------------------------------------------------
 
     def register(self) -> int:
-        """Register a client lease and record the queues this worker works."""
+        """Register a client lease and record the queues this worker works.
+
+        Idempotent until the lease is lost, so that a start-up retried after
+        a dropped connection does not leave a second lease behind.
+        """
+        if self.client_id is not None and not self.fenced:
+            return self.client_id
         ttl = dt.timedelta(seconds=float(self.config.client_ttl or 30))
         info = {"pid": os.getpid(), "queues": dict(self.config.queues)}
         self.client_id = self.engine.client_register(
@@ -671,7 +677,8 @@ class Worker:
         """Work until stopped (or, in burst mode, until nothing is left); return an exit code."""
         if install_signals:
             self.install_signals()
-        self.setup()
+        if not self._setup_until_reachable():
+            return 0
         self._spawn(self.heartbeat.run, "hopper-heartbeat")
         if self.engine.features.supports_listen:
             self._spawn(self.notifier.run, "hopper-notifier")
@@ -694,6 +701,30 @@ class Worker:
         finally:
             self.shutdown()
         return 0
+
+    def _setup_until_reachable(self) -> bool:
+        """Set up, retrying while the database is unavailable; False if stopped meanwhile.
+
+        A worker often starts beside a database that is restarting (a deploy,
+        a failover) or has its connection cut during start-up; it waits for
+        the database as it would mid-run instead of exiting. Any other error
+        (missing tables, bad settings) still ends the process at once.
+        """
+        delay = Backoff(0.1, 5.0)
+        while True:
+            try:
+                self.setup()
+                return True
+            except DatabaseUnavailable:
+                reset_connection(self.engine.alias)
+                wait = delay.next()
+                logger.warning(
+                    "the database is unavailable at start-up; retrying in %.2fs",
+                    wait,
+                    exc_info=True,
+                )
+                if self.stopping.wait(wait):
+                    return False
 
     def _run_burst(self) -> None:
         """Claim until no job is claimable and nothing runs, then return.

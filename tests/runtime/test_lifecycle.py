@@ -7,6 +7,8 @@ import datetime as dt
 import json
 import threading
 
+import pytest
+
 from django_hopper.engine.base import ClientRegisterParams, JobCancelParams, JobClaimParams
 from django_hopper.maintenance import (
     ClientPruner,
@@ -15,6 +17,7 @@ from django_hopper.maintenance import (
     Rescuer,
     Scheduler,
 )
+from django_hopper.exceptions import DatabaseError, DatabaseUnavailable
 from django_hopper.models import Client
 from django_hopper.worker import Worker, WorkerConfig
 from tests.factories import aware_utc
@@ -123,6 +126,34 @@ def test_the_loop_claims_jobs_inserted_while_it_runs_and_stops_gracefully(tx_eng
     assert get(tx_engine, held).state == "completed"  # the running job was let finish
     assert not Client.objects.exists()
     assert tx_engine.leader_get() is None  # it resigned
+
+
+def test_start_up_waits_for_an_unavailable_database_instead_of_exiting(tx_engine, monkeypatch):
+    real = tx_engine.client_register
+    calls = []
+
+    def flaky(params):
+        calls.append(params)
+        if len(calls) < 3:
+            raise DatabaseUnavailable("terminating connection due to administrator command")
+        return real(params)
+
+    monkeypatch.setattr(tx_engine, "client_register", flaky)
+    job = insert(tx_engine, jobs.add, 2, 3)
+    worker = Worker(WorkerConfig(queues={"default": 2}, burst=True, maintenance=False), tx_engine)
+    assert worker.run(install_signals=False) == 0
+    assert len(calls) == 3
+    assert get(tx_engine, job).output == 5
+
+
+def test_start_up_fails_at_once_on_an_error_that_retrying_cannot_fix(tx_engine, monkeypatch):
+    def broken(params):
+        raise DatabaseError('relation "hopper_client" does not exist')
+
+    monkeypatch.setattr(tx_engine, "client_register", broken)
+    worker = Worker(WorkerConfig(queues={"default": 2}, burst=True, maintenance=False), tx_engine)
+    with pytest.raises(DatabaseError, match="does not exist"):
+        worker.run(install_signals=False)
 
 
 def test_a_shutdown_timeout_leaves_the_running_job_to_the_rescue(tx_engine):

@@ -150,7 +150,7 @@ def test_workers_reconnect_after_their_backends_are_terminated(tx_engine, proces
     for row in rows:
         assert len(effects[row.id]) == len(set(effects[row.id]))
         assert row.fence in effects[row.id]
-    assert all(p.poll() is None for p in processes.procs), "a worker died"
+    assert all(p.poll() is None for p in processes.procs), processes.logs()
 
 
 def _leader_pid(engine: BaseEngine) -> int | None:

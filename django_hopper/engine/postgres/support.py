@@ -34,6 +34,8 @@ from typing import Any
 
 import psycopg
 from django.db import Error as DjangoDatabaseError
+from django.db import InterfaceError as DjangoInterfaceError
+from django.db import OperationalError as DjangoOperationalError
 from django.db import transaction
 
 from django_hopper.conf import hopper_settings
@@ -41,6 +43,7 @@ from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.queries import load
 from django_hopper.exceptions import (
     DatabaseError,
+    DatabaseUnavailable,
     HopperError,
     InvalidJob,
     JobLocked,
@@ -110,7 +113,32 @@ def translate(exc: BaseException) -> HopperError:
         return UniqueConflict(f"a live job holds the same kind and unique key: {detail}")
     if state in (CHECK_VIOLATION, NOT_NULL_VIOLATION):
         return InvalidJob(f"the database refused the job: {detail}")
+    if _connection_lost(exc, state):
+        return DatabaseUnavailable(detail or type(exc).__name__)
     return DatabaseError(detail or type(exc).__name__)
+
+
+def _connection_lost(exc: BaseException, state: str | None) -> bool:
+    """Return whether the error says the connection is gone rather than the query is wrong.
+
+    Class 08 is a connection exception; 57P01-57P03 are an administrator's or
+    the server's shutdown (``pg_terminate_backend``, a restart). A psycopg
+    OperationalError without SQLSTATE is a socket the server closed.
+    """
+    if state is not None:
+        return state.startswith("08") or state in ("57P01", "57P02", "57P03")
+    return any(
+        isinstance(
+            candidate,
+            (
+                psycopg.OperationalError,
+                psycopg.InterfaceError,
+                DjangoOperationalError,
+                DjangoInterfaceError,
+            ),
+        )
+        for candidate in (exc, exc.__cause__)
+    )
 
 
 @contextmanager

@@ -19,7 +19,13 @@ from django.db.backends.signals import connection_created
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.queries import load
 from django_hopper.engine.sqlite.convert import db_time, sql_json_contains
-from django_hopper.exceptions import DatabaseError, HopperError, InvalidJob, UniqueConflict
+from django_hopper.exceptions import (
+    DatabaseError,
+    DatabaseUnavailable,
+    HopperError,
+    InvalidJob,
+    UniqueConflict,
+)
 
 if TYPE_CHECKING:
     from django.db.backends.utils import CursorWrapper
@@ -84,6 +90,8 @@ def translate_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except IntegrityError as exc:
             raise integrity_error(exc) from exc
         except (DjangoError, sqlite3.Error) as exc:
+            if is_locked(exc) or "unable to open database" in str(exc):
+                raise DatabaseUnavailable(f"{fn.__name__}: {exc}") from exc
             raise DatabaseError(f"{fn.__name__}: {exc}") from exc
 
     return wrapper
