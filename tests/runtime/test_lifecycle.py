@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from django_hopper.engine.base import ClientRegisterParams, JobCancelParams, JobClaimParams
+from django_hopper.exceptions import DatabaseError, DatabaseUnavailable
 from django_hopper.maintenance import (
     ClientPruner,
     Elector,
@@ -17,7 +18,6 @@ from django_hopper.maintenance import (
     Rescuer,
     Scheduler,
 )
-from django_hopper.exceptions import DatabaseError, DatabaseUnavailable
 from django_hopper.models import Client
 from django_hopper.worker import Worker, WorkerConfig
 from tests.factories import aware_utc
