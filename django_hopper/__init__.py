@@ -15,6 +15,9 @@ _LAZY = {
     "job": "django_hopper.jobs",
     "JobFunction": "django_hopper.jobs",
     "JobHandle": "django_hopper.jobs",
+    "PreparedJob": "django_hopper.jobs",
+    "enqueue_many": "django_hopper.jobs",
+    "aenqueue_many": "django_hopper.jobs",
     "resolve": "django_hopper.jobs",
     # operator functions
     "get_job": "django_hopper.api",
@@ -54,13 +57,16 @@ __all__ = [
     "JobFunction",
     "JobHandle",
     "Pass",
+    "PreparedJob",
     "Run",
     "Workflow",
     "__version__",
+    "aenqueue_many",
     "append",
     "cancel_job",
     "consume",
     "delete_job",
+    "enqueue_many",
     "get_batch",
     "get_job",
     "get_workflow",
@@ -92,7 +98,15 @@ if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
         retry_job,
     )
     from django_hopper.batches import Batch, get_batch
-    from django_hopper.jobs import JobFunction, JobHandle, job, resolve
+    from django_hopper.jobs import (
+        JobFunction,
+        JobHandle,
+        PreparedJob,
+        aenqueue_many,
+        enqueue_many,
+        job,
+        resolve,
+    )
     from django_hopper.pubsub import publish, subscribe
     from django_hopper.queues import (
         list_queues,

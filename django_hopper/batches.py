@@ -33,7 +33,7 @@ if TYPE_CHECKING:
         JobInsertParams,
         JobRow,
     )
-    from django_hopper.jobs import JobFunction, JobHandle
+    from django_hopper.jobs import JobFunction, JobHandle, PreparedJob
 
 logger = logging.getLogger("django_hopper.batches")
 
@@ -46,16 +46,33 @@ def contract(engine: BaseEngine) -> BatchWorkflowContract:
 
 
 def call_params(
-    fn: JobFunction[Any, Any] | str, args: Sequence[Any], kwargs: Mapping[str, Any], field: str
+    fn: JobFunction[Any, Any] | PreparedJob | str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    field: str,
 ) -> JobInsertParams:
-    """Return the checked insert params of one call of a job function (or its kind)."""
-    from django_hopper.jobs import JobFunction, resolve
+    """Return the checked insert params of one call of a job function (or its kind).
 
+    A prepared job (``fn.prepare(...)``) carries its own arguments, so it takes
+    no others: both ways of describing a job are accepted wherever one is added.
+    """
+    from django_hopper.jobs import JobFunction, PreparedJob, resolve
+
+    if isinstance(fn, PreparedJob):
+        if args or kwargs:
+            raise InvalidJob(
+                f"{field} is a prepared job, which carries its arguments; it takes no "
+                f"others (got {tuple(args)!r}, {dict(kwargs)!r})",
+                field=field,
+            )
+        return fn.insert_params(field=field)
     if isinstance(fn, str):
         fn = resolve(fn)
     if not isinstance(fn, JobFunction):
         raise InvalidJob(
-            f"{field} must be a @job function (or its .using(...) copy), not {fn!r}", field=field
+            f"{field} must be a @job function (or its .using(...) copy or a prepared "
+            f"job), not {fn!r}",
+            field=field,
         )
     return fn.insert_params(args, kwargs, field=f"{field}.")
 
@@ -84,8 +101,14 @@ class Batch:
         self._calls: list[JobInsertParams] = []
         self._callbacks: dict[str, JobInsertParams] = {}
 
-    def add(self, fn: JobFunction[Any, Any] | str, /, *args: Any, **kwargs: Any) -> None:
-        """Add one job (checked now, written at ``enqueue``)."""
+    def add(
+        self, fn: JobFunction[Any, Any] | PreparedJob | str, /, *args: Any, **kwargs: Any
+    ) -> None:
+        """Add one job (checked now, written at ``enqueue``).
+
+        ``fn`` is a job function with its arguments, or a prepared job
+        (``fn.using(...).prepare(...)``), which carries its own.
+        """
         params = call_params(fn, args, kwargs, f"jobs[{len(self._calls)}]")
         if params.unique_key is not None:
             raise InvalidJob(
@@ -100,18 +123,26 @@ class Batch:
         for kwargs in items:
             self.add(fn, **kwargs)
 
-    def _callback(self, which: str, fn: JobFunction[Any, Any] | str, args: Any, kw: Any) -> None:
+    def _callback(
+        self, which: str, fn: JobFunction[Any, Any] | PreparedJob | str, args: Any, kw: Any
+    ) -> None:
         self._callbacks[which] = call_params(fn, args, kw, which)
 
-    def on_success(self, fn: JobFunction[Any, Any] | str, /, *args: Any, **kwargs: Any) -> None:
+    def on_success(
+        self, fn: JobFunction[Any, Any] | PreparedJob | str, /, *args: Any, **kwargs: Any
+    ) -> None:
         """Run ``fn`` once every job completed (none canceled or discarded)."""
         self._callback("on_success", fn, args, kwargs)
 
-    def on_failure(self, fn: JobFunction[Any, Any] | str, /, *args: Any, **kwargs: Any) -> None:
+    def on_failure(
+        self, fn: JobFunction[Any, Any] | PreparedJob | str, /, *args: Any, **kwargs: Any
+    ) -> None:
         """Run ``fn`` once every job finished and at least one was canceled or discarded."""
         self._callback("on_failure", fn, args, kwargs)
 
-    def on_complete(self, fn: JobFunction[Any, Any] | str, /, *args: Any, **kwargs: Any) -> None:
+    def on_complete(
+        self, fn: JobFunction[Any, Any] | PreparedJob | str, /, *args: Any, **kwargs: Any
+    ) -> None:
         """Run ``fn`` once every job finished, whatever their outcome."""
         self._callback("on_complete", fn, args, kwargs)
 

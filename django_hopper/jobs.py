@@ -26,10 +26,11 @@ import dataclasses
 import datetime as dt
 import inspect
 import threading
+import types
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeAlias, TypeVar, overload
 
 from django_hopper import validation
 from django_hopper.exceptions import InvalidJob, UnknownJobKind
@@ -83,9 +84,10 @@ class JobFunction(Generic[P, R]):
     """A function that can be enqueued as a job; made by :func:`job`.
 
     Calling it calls the function directly. ``enqueue`` (and ``aenqueue``,
-    ``enqueue_many``) stores a job that a worker runs later. Instances are
-    immutable: ``using(...)`` returns a new one with other options, so a
-    module-level job can be shared by every thread.
+    ``enqueue_many``) stores a job that a worker runs later; ``prepare``
+    describes one for :func:`enqueue_many`, which mixes kinds and options.
+    Instances are immutable: ``using(...)`` returns a new one with other
+    options, so a module-level job can be shared by every thread.
 
     The worker reads ``func``, ``kind``, ``queue``, ``priority``,
     ``max_attempts``, ``timeout``, ``takes_context``, ``is_async`` and ``archive``.
@@ -300,46 +302,74 @@ class JobFunction(Generic[P, R]):
         caller's other writes: a worker never sees a job whose transaction
         rolled back.
         """
-        return self._enqueue([(args, kwargs)])[0]
+        return _insert([(self, self.insert_params(args, kwargs))])[0]
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Enqueue from async code; the insert runs in Django's sync thread."""
         from asgiref.sync import sync_to_async
 
-        handles = await sync_to_async(self._enqueue)([(args, kwargs)])
-        return handles[0]
+        return await sync_to_async(self.enqueue)(*args, **kwargs)
 
-    def enqueue_many(self, items: Iterable[BatchItem]) -> list[JobHandle]:
-        """Enqueue many jobs in one statement; return their handles in input order.
+    def prepare(self, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
+        """Describe one job without writing it, for :func:`enqueue_many`.
 
-        Each item is a dict of keyword arguments, or an ``(args, kwargs)``
-        pair. Every item is checked before anything is written, so an invalid
-        item leaves the batch unwritten. All items share this function's
-        options; with a ``unique_key`` only the first item is inserted and
-        the others are returned as its duplicates.
+        The result holds this function (with its ``using(...)`` options) and
+        the arguments, checked now as ``enqueue`` would check them, so a bad
+        call fails where it is made rather than in the middle of a bulk enqueue.
         """
-        calls: list[tuple[Sequence[Any], Mapping[str, Any]]] = []
+        return PreparedJob(self, args, kwargs)
+
+    def enqueue_many(self, items: Iterable[BatchItem | PreparedJob]) -> list[JobHandle]:
+        """Enqueue many jobs in as few statements as possible; return handles in input order.
+
+        Each item is a dict of keyword arguments or an ``(args, kwargs)`` pair,
+        which get this function's options, or a ``prepare``-d call of this same
+        job (its kind), which keeps its own options: one call can give each job
+        its own unique key, schedule, tags... (for several kinds at once, use
+        :func:`django_hopper.enqueue_many`). Every item is checked before
+        anything is written, so an invalid item leaves the batch unwritten.
+        Items sharing a unique key: the first is inserted (or is a duplicate of
+        the job holding the key), the later ones are returned as its duplicates.
+        """
+        from django.utils import timezone
+
+        now = timezone.now()
+        template: JobInsertParams | None = None
+        entries: list[_Entry] = []
         for i, item in enumerate(items):
+            if isinstance(item, PreparedJob):
+                if item.function.kind != self.kind:
+                    raise InvalidJob(
+                        f"items[{i}] is a prepared {item.function.kind} job, not {self.kind}; "
+                        "enqueue several kinds with django_hopper.enqueue_many",
+                        field=f"items[{i}]",
+                    )
+                entries.append(item._entry(f"items[{i}]", now))
+                continue
             if isinstance(item, Mapping):
-                calls.append(((), item))
+                args: Sequence[Any] = ()
+                kwargs: Mapping[str, Any] = item
             elif (
                 isinstance(item, tuple)
                 and len(item) == 2
                 and isinstance(item[0], list | tuple)
                 and isinstance(item[1], Mapping)
             ):
-                calls.append((item[0], item[1]))
+                args, kwargs = item
             else:
                 raise InvalidJob(
-                    f"items[{i}] must be a dict of keyword arguments or an (args, kwargs) "
-                    f"pair, not {item!r}",
+                    f"items[{i}] must be a dict of keyword arguments, an (args, kwargs) "
+                    f"pair or a prepared call ({self.kind}.prepare(...)), not {item!r}",
                     field=f"items[{i}]",
                 )
-        if not calls:
+            if template is None:
+                template = self._template(now)
+            entries.append((self, self._with_args(template, args, kwargs, f"items[{i}].")))
+        if not entries:
             return []
-        return self._enqueue(calls)
+        return _insert(entries)
 
-    async def aenqueue_many(self, items: Iterable[BatchItem]) -> list[JobHandle]:
+    async def aenqueue_many(self, items: Iterable[BatchItem | PreparedJob]) -> list[JobHandle]:
         """Enqueue many jobs from async code (see ``enqueue_many``)."""
         from asgiref.sync import sync_to_async
 
@@ -356,20 +386,22 @@ class JobFunction(Generic[P, R]):
         """
         return self._with_args(self._template(), args, kwargs, field)
 
-    def _template(self) -> JobInsertParams:
+    def _template(self, now: dt.datetime | None = None) -> JobInsertParams:
         """Return the params every job of one enqueue call shares, checked once.
 
-        A ``run_after`` timedelta is resolved here, once per call, so the
-        jobs of one batch share their schedule.
+        A ``run_after`` timedelta is resolved here, from ``now`` (default: the
+        current time), so the jobs of one call share their schedule.
         """
-        from django.utils import timezone
-
         from django_hopper.engine.base import JobInsertParams
 
         opts = self.options
         scheduled_at: dt.datetime | None = None
         if isinstance(opts.run_after, dt.timedelta):
-            scheduled_at = timezone.now() + opts.run_after
+            if now is None:
+                from django.utils import timezone
+
+                now = timezone.now()
+            scheduled_at = now + opts.run_after
         elif opts.run_after is not None:
             scheduled_at = opts.run_after
         return JobInsertParams(
@@ -399,41 +431,220 @@ class JobFunction(Generic[P, R]):
         }
         return dataclasses.replace(template, args=stored)
 
-    def _enqueue(self, calls: Sequence[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[JobHandle]:
-        """Check every call, insert them in one statement, send ``job_enqueued``."""
-        from django_hopper.engine import get_engine
-        from django_hopper.engine.base import ConflictAction, JobInsertOpts, JobInsertResult
-        from django_hopper.signals import job_enqueued
 
-        template = self._template()
-        prefix = len(calls) > 1
-        params = [
-            self._with_args(template, a, k, f"items[{i}]." if prefix else "")
-            for i, (a, k) in enumerate(calls)
-        ]
-        engine = get_engine()
-        opts = JobInsertOpts(
-            notify=True,
-            on_conflict=ConflictAction.REPLACE if self.options.replace else ConflictAction.SKIP,
+#: One job ready for ``_insert``: the function that enqueues it (the signal's
+#: sender; its ``options.replace`` picks the conflict action) and its checked params.
+_Entry: TypeAlias = "tuple[JobFunction[Any, Any], JobInsertParams]"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PreparedJob:
+    """One job described but not written: a job function, its options and arguments.
+
+    Made by ``fn.prepare(*args, **kwargs)`` (or ``fn.using(...).prepare(...)``)
+    and enqueued, with others of any kind and options, by
+    :func:`django_hopper.enqueue_many`, ``fn.enqueue_many``, ``Workflow.add``
+    or ``Batch.add``. Checked when made, with the errors ``enqueue`` raises,
+    and immutable: the arguments are stored as their JSON form (tuples become
+    lists), copied from what the caller passed.
+    """
+
+    #: The job function, a ``using(...)`` copy carrying the options if any.
+    function: JobFunction[Any, Any]
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Check and freeze the call, so that a prepared job can always be enqueued."""
+        if not isinstance(self.function, JobFunction):
+            raise InvalidJob(
+                f"function must be a @job function (or its .using(...) copy), "
+                f"not {self.function!r}",
+                field="function",
+            )
+        if not isinstance(self.args, list | tuple):
+            raise InvalidJob(f"args must be a list or tuple, not {self.args!r}", field="args")
+        if not isinstance(self.kwargs, Mapping):
+            raise InvalidJob(f"kwargs must be a dict, not {self.kwargs!r}", field="kwargs")
+        args = validation.json_normalize(list(self.args), "args")
+        kwargs = validation.json_normalize(dict(self.kwargs), "kwargs")
+        # The options read at enqueue (settings defaults, priority range) are
+        # checked now too.
+        self.function._template()
+        object.__setattr__(self, "args", tuple(args))
+        object.__setattr__(self, "kwargs", types.MappingProxyType(kwargs))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle through the constructor (the kwargs proxy itself does not pickle)."""
+        return (type(self), (self.function, self.args, dict(self.kwargs)))
+
+    def __repr__(self) -> str:
+        call = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"<PreparedJob {self.function.kind}({', '.join(call)})>"
+
+    def insert_params(self, *, now: dt.datetime | None = None, field: str = "") -> JobInsertParams:
+        """Return the engine params of this job (nothing is written).
+
+        ``now`` anchors a ``run_after`` timedelta (default: the current time);
+        ``field`` prefixes the field named by an error, for the options read
+        from the settings, which may have changed since the job was prepared.
+        """
+        try:
+            template = self.function._template(now)
+        except InvalidJob as exc:
+            if not field:
+                raise
+            raise _in_item(exc, field) from exc
+        stored = {"args": list(self.args), "kwargs": dict(self.kwargs)}
+        return dataclasses.replace(template, args=stored)
+
+    def _entry(self, field: str, now: dt.datetime | None = None) -> _Entry:
+        """Return this job as ``_insert`` takes it: its sender and its params."""
+        return (self.function, self.insert_params(now=now, field=field))
+
+
+def _in_item(exc: InvalidJob, field: str) -> InvalidJob:
+    """Return ``exc`` (same class) naming the item it came from: ``items[3].queue``."""
+    inner = f"{field}.{exc.field}" if exc.field else field
+    return type(exc)(f"{field}: {exc}", field=inner)
+
+
+def enqueue_many(calls: Iterable[PreparedJob]) -> list[JobHandle]:
+    """Enqueue prepared jobs of any kinds and options together; return handles in input order.
+
+    ::
+
+        django_hopper.enqueue_many(
+            [send_email.using(unique_key=f"welcome-{u.pk}").prepare(u.pk) for u in users]
+            + [audit.using(priority=-5, tags=["signup"]).prepare(len(users))]
         )
-        results: list[JobInsertResult]
-        if self.options.unique_key is None:
-            if engine.features.supports_copy and len(params) > 1:
-                results = engine.job_insert_copy(params, opts)
-            else:
-                results = engine.job_insert_many(params, opts)
+
+    Every item is checked before anything is written: an invalid item raises
+    InvalidJob naming it (``items[3]...``) and nothing is inserted. The jobs
+    are inserted inside the caller's transaction in as few statements as the
+    engine allows (one per group: COPY for jobs without a unique key where
+    the engine has it, one multi-row insert for the unique ones, one for those
+    with ``replace=True``), atomically.
+
+    An item whose unique key a live job holds (or, with ``unique_finished``, a
+    job in history) returns that job with ``duplicate=True``; ``replace=True``
+    updates it first. Items of one call sharing a kind and unique key are
+    settled in input order: the first is inserted (or replaces), the later ones
+    are returned as its duplicates and change nothing. A ``run_after``
+    timedelta counts from one moment for the whole call.
+
+    ``job_enqueued`` is sent once per distinct job function among the items
+    (a ``using(...)`` copy is its own sender, as with ``enqueue``), after the
+    insert.
+    """
+    from django.utils import timezone
+
+    now = timezone.now()
+    entries: list[_Entry] = []
+    for i, call in enumerate(calls):
+        if not isinstance(call, PreparedJob):
+            raise InvalidJob(
+                f"items[{i}] must be a prepared job (fn.prepare(...) or "
+                f"fn.using(...).prepare(...)), not {call!r}",
+                field=f"items[{i}]",
+            )
+        entries.append(call._entry(f"items[{i}]", now))
+    if not entries:
+        return []
+    return _insert(entries)
+
+
+async def aenqueue_many(calls: Iterable[PreparedJob]) -> list[JobHandle]:
+    """Enqueue prepared jobs from async code (see :func:`enqueue_many`)."""
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(enqueue_many)(list(calls))
+
+
+def _insert(entries: Sequence[_Entry]) -> list[JobHandle]:
+    """Insert checked jobs, grouped by how the engine takes them; send ``job_enqueued``.
+
+    The engine expects its inputs deduplicated by unique key and takes one
+    conflict action per call, so the jobs are split into: later items
+    repeating an earlier (kind, unique key), answered from that item's
+    result; jobs without a unique key (one COPY where the engine has it);
+    unique jobs that skip; unique jobs that replace. With more than one
+    group, the groups are written in one atomic block, and the IDs are made
+    here in input order, as ID order is creation order.
+    """
+    from django.db import transaction
+
+    from django_hopper.engine import get_engine
+    from django_hopper.engine.base import ConflictAction, JobInsertOpts, JobInsertResult
+    from django_hopper.signals import job_enqueued
+
+    engine = get_engine()
+    plain: list[int] = []
+    skip: list[int] = []
+    replace: list[int] = []
+    first: dict[tuple[str, str], int] = {}
+    repeats: dict[int, int] = {}
+    for i, (fn, p) in enumerate(entries):
+        if p.unique_key is None:
+            plain.append(i)
+            continue
+        j = first.setdefault((p.kind, p.unique_key), i)
+        if j != i:
+            repeats[i] = j
+        elif fn.options.replace:
+            replace.append(i)
         else:
-            # The engine expects inputs deduplicated by unique key; all items of
-            # one call share the key, so the first is inserted and the rest are
-            # its duplicates.
-            first = engine.job_insert_many(params[:1], opts)[0]
-            rest = [JobInsertResult(job=first.job, duplicate=True)] * (len(params) - 1)
-            results = [first, *rest]
-        handles = [JobHandle(r.job, duplicate=r.duplicate, alias=engine.alias) for r in results]
-        inserted = [r.job for r in results if not r.duplicate]
-        duplicates = [r.job for r in results if r.duplicate]
-        job_enqueued.send(sender=self, jobs=inserted, duplicates=duplicates)
-        return handles
+            skip.append(i)
+    use_copy = engine.features.supports_copy and len(plain) > 1
+    if plain and not use_copy:
+        # One multi-row statement takes plain and unique jobs alike.
+        skip = sorted(plain + skip) if skip else plain
+        plain = []
+    skip_opts = JobInsertOpts(notify=True, on_conflict=ConflictAction.SKIP)
+    replace_opts = JobInsertOpts(notify=True, on_conflict=ConflictAction.REPLACE)
+    groups = [
+        (group, insert, opts)
+        for group, insert, opts in (
+            (plain, engine.job_insert_copy, skip_opts),
+            (skip, engine.job_insert_many, skip_opts),
+            (replace, engine.job_insert_many, replace_opts),
+        )
+        if group
+    ]
+    params = [p for _, p in entries]
+    results: list[JobInsertResult | None] = [None] * len(entries)
+    if len(groups) == 1:
+        group, insert, opts = groups[0]
+        for i, result in zip(group, insert([params[i] for i in group], opts), strict=True):
+            results[i] = result
+    else:
+        from django_hopper.ids import new_ids
+
+        written = sorted(i for group, _, _ in groups for i in group)
+        for i, job_id in zip(written, new_ids(len(written)), strict=True):
+            if params[i].id is None:
+                params[i] = dataclasses.replace(params[i], id=job_id)
+        with transaction.atomic(using=engine.alias):
+            for group, insert, opts in groups:
+                inserted = insert([params[i] for i in group], opts)
+                for i, result in zip(group, inserted, strict=True):
+                    results[i] = result
+    for i, j in repeats.items():
+        held = results[j]
+        assert held is not None
+        results[i] = JobInsertResult(job=held.job, duplicate=True)
+    handles: list[JobHandle] = []
+    by_sender: dict[int, tuple[JobFunction[Any, Any], list[JobRow], list[JobRow]]] = {}
+    for (fn, _), settled in zip(entries, results, strict=True):
+        assert settled is not None
+        handles.append(JobHandle(settled.job, duplicate=settled.duplicate, alias=engine.alias))
+        sent = by_sender.get(id(fn))
+        if sent is None:
+            sent = by_sender[id(fn)] = (fn, [], [])
+        (sent[2] if settled.duplicate else sent[1]).append(settled.job)
+    for fn, jobs, duplicates in by_sender.values():
+        job_enqueued.send(sender=fn, jobs=jobs, duplicates=duplicates)
+    return handles
 
 
 def _rebuild(kind: str, overrides: dict[str, Any]) -> JobFunction[Any, Any]:

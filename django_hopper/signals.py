@@ -20,7 +20,10 @@ from django.dispatch import Signal
 
 #: Sent after ``enqueue`` / ``enqueue_many`` inserted jobs.
 #:
-#: * ``sender``: the :class:`~django_hopper.jobs.JobFunction` that enqueued.
+#: * ``sender``: the :class:`~django_hopper.jobs.JobFunction` that enqueued
+#:   (a ``using(...)`` copy is its own sender). ``django_hopper.enqueue_many``
+#:   and ``fn.enqueue_many`` with prepared jobs send once per distinct job
+#:   function among their items, each with that function's jobs.
 #: * ``jobs``: list of :class:`~django_hopper.engine.base.JobRow`, the jobs
 #:   inserted by this call, as inserted.
 #: * ``duplicates``: list of ``JobRow``, existing jobs returned instead of

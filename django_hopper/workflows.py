@@ -32,7 +32,7 @@ from django_hopper.exceptions import InvalidJob, NotFound
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import JobInsertParams, WorkflowRow
-    from django_hopper.jobs import JobFunction, JobHandle
+    from django_hopper.jobs import JobFunction, JobHandle, PreparedJob
 
 __all__ = ["Node", "Workflow", "WorkflowHandle", "get_workflow"]
 
@@ -109,7 +109,7 @@ class Workflow:
 
     def add(
         self,
-        fn: JobFunction[Any, Any] | str,
+        fn: JobFunction[Any, Any] | PreparedJob | str,
         /,
         *args: Any,
         step: str | None = None,
@@ -119,6 +119,9 @@ class Workflow:
         **kwargs: Any,
     ) -> Node:
         """Add a job that runs after ``after`` (and ``reads``, which it also reads).
+
+        ``fn`` is a job function with its arguments, or a prepared job
+        (``fn.using(...).prepare(...)``), which carries its own.
 
         ``on_failure`` is one policy for every edge, or a mapping from a
         dependency's step name to its policy (the others cancel).
@@ -162,15 +165,21 @@ class Workflow:
             self._steps[step] = node
         return node
 
-    def on_success(self, fn: JobFunction[Any, Any] | str, /, *args: Any, **kwargs: Any) -> None:
+    def on_success(
+        self, fn: JobFunction[Any, Any] | PreparedJob | str, /, *args: Any, **kwargs: Any
+    ) -> None:
         """Run ``fn`` once every job completed."""
         self._callbacks["on_success"] = call_params(fn, args, kwargs, "on_success")
 
-    def on_failure(self, fn: JobFunction[Any, Any] | str, /, *args: Any, **kwargs: Any) -> None:
+    def on_failure(
+        self, fn: JobFunction[Any, Any] | PreparedJob | str, /, *args: Any, **kwargs: Any
+    ) -> None:
         """Run ``fn`` once every job finished and one was canceled or discarded."""
         self._callbacks["on_failure"] = call_params(fn, args, kwargs, "on_failure")
 
-    def on_complete(self, fn: JobFunction[Any, Any] | str, /, *args: Any, **kwargs: Any) -> None:
+    def on_complete(
+        self, fn: JobFunction[Any, Any] | PreparedJob | str, /, *args: Any, **kwargs: Any
+    ) -> None:
         """Run ``fn`` once every job finished, whatever their outcome."""
         self._callbacks["on_complete"] = call_params(fn, args, kwargs, "on_complete")
 

@@ -5,6 +5,7 @@ Runs on both engines (``HOPPER_TEST_DATABASE``).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import pickle
@@ -37,7 +38,15 @@ from django_hopper.exceptions import (
     UnknownJobKind,
     UnknownQueue,
 )
-from django_hopper.jobs import JobFunction, job, registry, resolve
+from django_hopper.jobs import (
+    JobFunction,
+    PreparedJob,
+    aenqueue_many,
+    enqueue_many,
+    job,
+    registry,
+    resolve,
+)
 from django_hopper.models import Job, JobHistory
 from tests.testapp import jobs as testjobs
 
@@ -456,6 +465,284 @@ def test_enqueue_many__refuses_a_malformed_item(db: None) -> None:
 
 
 # ---------------------------------------------------------------------------
+# Prepared jobs and django_hopper.enqueue_many: per-item kinds and options
+
+
+def spy_inserts(engine: BaseEngine, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, str]]:
+    """Record each engine insert call as (method, inputs, on_conflict)."""
+    calls: list[tuple[str, int, str]] = []
+    for name in ("job_insert_many", "job_insert_copy"):
+        original = getattr(engine, name)
+
+        def spy(params: Any, opts: Any, _original: Any = original, _name: str = name) -> Any:
+            calls.append((_name, len(params), opts.on_conflict))
+            return _original(params, opts)
+
+        monkeypatch.setattr(engine, name, spy)
+    return calls
+
+
+def test_prepare__holds_the_function_and_the_json_form_of_its_arguments(db: None) -> None:
+    kwargs: dict[str, Any] = {"b": (3, 4)}
+    fn = testjobs.add.using(unique_key="p")
+    prepared = fn.prepare(1, **kwargs)
+    kwargs["b"] = "changed"
+    assert isinstance(prepared, PreparedJob)
+    assert prepared.function is fn
+    assert prepared.args == (1,)
+    assert dict(prepared.kwargs) == {"b": [3, 4]}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        prepared.args = ()  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        prepared.kwargs["b"] = 5  # type: ignore[index]
+    again = pickle.loads(pickle.dumps(prepared))
+    assert (again.function.options.unique_key, again.args, dict(again.kwargs)) == (
+        "p",
+        (1,),
+        {"b": [3, 4]},
+    )
+    assert job_count() == 0
+
+
+@pytest.mark.parametrize(
+    ("make", "exc", "field"),
+    [
+        (lambda: testjobs.add.prepare(1, b=object()), InvalidJob, "kwargs['b']"),
+        (lambda: testjobs.add.prepare(dt.date(2024, 1, 1), 2), InvalidJob, "args[0]"),
+        (lambda: testjobs.add.using(unique_key="").prepare(1, 2), InvalidJob, "unique_key"),
+        (lambda: testjobs.add.using(queue="has space").prepare(1, 2), UnknownQueue, "queue"),
+        (lambda: PreparedJob(testjobs.add.func, (1, 2)), InvalidJob, "function"),  # type: ignore[arg-type]
+    ],
+)
+def test_prepare__refuses_what_enqueue_refuses_naming_the_field(
+    db: None, make: Any, exc: type[Exception], field: str
+) -> None:
+    with pytest.raises(exc) as err:
+        make()
+    assert isinstance(err.value, InvalidJob) and err.value.field == field
+    assert job_count() == 0
+
+
+def test_enqueue_many__per_item_unique_keys_return_duplicates_in_input_order(
+    db: None, enqueued: list[Any]
+) -> None:
+    holder = testjobs.add.using(unique_key="u2").enqueue(0, 0)
+    enqueued.clear()
+    handles = enqueue_many(
+        [
+            testjobs.add.using(unique_key="u1").prepare(1, 1),
+            testjobs.add.using(unique_key="u2").prepare(2, 2),
+            testjobs.add.using(unique_key="u1").prepare(3, 3),
+            testjobs.add.using(unique_key="u3").prepare(4, 4),
+            testjobs.add.prepare(5, 5),
+            testjobs.noop.using(unique_key="u1").prepare(),  # unique keys are per kind
+        ]
+    )
+    assert [h.duplicate for h in handles] == [False, True, True, False, False, False]
+    assert handles[1].id == holder.id
+    assert handles[2].id == handles[0].id
+    assert len({handles[i].id for i in (0, 1, 3, 4, 5)}) == 5
+    assert api.get_job(handles[0].id).args == {"args": [1, 1], "kwargs": {}}
+    assert api.get_job(holder.id).args == {"args": [0, 0], "kwargs": {}}
+    assert Job.objects.count() == 5
+    assert sum(len(call["jobs"]) for call in enqueued) == 4
+    assert sum(len(call["duplicates"]) for call in enqueued) == 2
+
+
+def test_enqueue_many__a_unique_finished_history_job_is_a_duplicate(db: None) -> None:
+    done = testjobs.add.using(unique_key="f").enqueue(1, 2)
+    api.cancel_job(done.id)
+    handles = enqueue_many(
+        [
+            testjobs.add.using(unique_key="f", unique_finished=["canceled"]).prepare(3, 4),
+            testjobs.add.using(unique_key="g", unique_finished=["canceled"]).prepare(5, 6),
+        ]
+    )
+    assert [h.duplicate for h in handles] == [True, False]
+    assert handles[0].id == done.id
+
+
+def test_enqueue_many__mixes_kinds_and_per_item_options(db: None, db_now: dt.datetime) -> None:
+    later = db_now + dt.timedelta(hours=1)
+    handles = enqueue_many(
+        [
+            testjobs.add.using(priority=9, tags=["a"], metadata={"n": 1}).prepare(1, b=2),
+            testjobs.send_email.using(
+                run_after=later, ordering_key="o-1", partition_key="p-1", queue="reports"
+            ).prepare("x@example.com", subject="hi"),
+            testjobs.noop.using(ttl=dt.timedelta(minutes=5), max_attempts=2).prepare(),
+        ]
+    )
+    rows = [api.get_job(h.id) for h in handles]
+    assert [r.kind for r in rows] == [
+        testjobs.add.kind,
+        testjobs.send_email.kind,
+        testjobs.noop.kind,
+    ]
+    assert (rows[0].priority, rows[0].tags, rows[0].metadata) == (9, ["a"], {"n": 1})
+    assert rows[0].args == {"args": [1], "kwargs": {"b": 2}}
+    assert (rows[1].queue, rows[1].priority, rows[1].state) == ("reports", 5, "scheduled")
+    assert abs(rows[1].scheduled_at - later) < dt.timedelta(milliseconds=1)
+    assert (rows[1].ordering_key, rows[1].partition_key) == ("o-1", "p-1")
+    assert rows[2].max_attempts == 2 and rows[2].expires_at is not None
+
+
+def test_enqueue_many__replace_items_update_their_holder_and_later_repeats_change_nothing(
+    db: None,
+) -> None:
+    holder = testjobs.add.using(unique_key="r").enqueue(1, 2)
+    handles = enqueue_many(
+        [
+            testjobs.add.using(unique_key="r", replace=True, priority=9).prepare(7, 8),
+            testjobs.add.using(unique_key="r", replace=True, priority=1).prepare(0, 0),
+            testjobs.add.using(unique_key="s").prepare(3, 4),
+            testjobs.add.using(unique_key="t", replace=True).prepare(5, 6),
+        ]
+    )
+    assert [h.duplicate for h in handles] == [True, True, False, False]
+    assert handles[0].id == handles[1].id == holder.id
+    row = api.get_job(holder.id)
+    assert (row.args, row.priority) == ({"args": [7, 8], "kwargs": {}}, 9)
+    assert Job.objects.count() == 3
+
+
+def test_enqueue_many__copies_jobs_without_unique_keys_and_groups_the_rest_by_conflict_action(
+    db: None, engine: BaseEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = spy_inserts(engine, monkeypatch)
+    handles = enqueue_many(
+        [
+            testjobs.add.prepare(1, 2),
+            testjobs.add.using(unique_key="k1").prepare(1, 2),
+            testjobs.noop.using(priority=3).prepare(),
+            testjobs.add.using(unique_key="k2", replace=True).prepare(1, 2),
+            testjobs.add.using(unique_key="k1").prepare(9, 9),
+        ]
+    )
+    if engine.features.supports_copy:
+        assert calls == [
+            ("job_insert_copy", 2, "skip"),
+            ("job_insert_many", 1, "skip"),
+            ("job_insert_many", 1, "replace"),
+        ]
+    else:
+        assert calls == [("job_insert_many", 3, "skip"), ("job_insert_many", 1, "replace")]
+    written = [h.id for h in handles[:4]]
+    assert written == sorted(written), "IDs follow input order across the groups"
+    assert [h.duplicate for h in handles] == [False, False, False, False, True]
+
+
+def test_enqueue_many__one_group_is_one_engine_call(
+    db: None, engine: BaseEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = spy_inserts(engine, monkeypatch)
+    enqueue_many([testjobs.add.using(unique_key=f"u{i}").prepare(i, i) for i in range(50)])
+    enqueue_many([testjobs.add.using(priority=i % 10).prepare(i, i) for i in range(50)])
+    method = "job_insert_copy" if engine.features.supports_copy else "job_insert_many"
+    assert calls == [("job_insert_many", 50, "skip"), (method, 50, "skip")]
+    assert Job.objects.count() == 100
+
+
+def test_enqueue_many__one_invalid_item_writes_nothing_and_is_named(db: None) -> None:
+    good = testjobs.add.prepare(1, 2)
+    with pytest.raises(InvalidJob) as err:
+        enqueue_many([good, testjobs.add, good])  # type: ignore[list-item]
+    assert err.value.field == "items[1]"
+    assert job_count() == 0
+
+
+def test_enqueue_many__settings_changed_since_prepare_name_the_item(
+    db: None, settings: Any
+) -> None:
+    items = [testjobs.add.using(queue="q").prepare(1, 2), testjobs.add.prepare(1, 2)]
+    settings.HOPPER = {**settings.HOPPER, "DEFAULT_QUEUE": "has space"}
+    with pytest.raises(UnknownQueue) as err:
+        enqueue_many(items)
+    assert err.value.field == "items[1].queue"
+    assert job_count() == 0
+
+
+def test_enqueue_many__empty_call_writes_nothing(db: None) -> None:
+    assert enqueue_many([]) == []
+    assert job_count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_many__rolls_back_with_the_callers_transaction() -> None:
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), transaction.atomic():
+        handles = enqueue_many(
+            [
+                testjobs.add.prepare(1, 2),
+                testjobs.add.prepare(3, 4),
+                testjobs.add.using(unique_key="k").prepare(5, 6),
+                testjobs.add.using(unique_key="r", replace=True).prepare(7, 8),
+            ]
+        )
+        assert api.get_job(handles[3].id).state == "available"
+        raise Boom
+    assert job_count() == 0
+
+
+def test_enqueue_many__sends_job_enqueued_once_per_function(db: None, enqueued: list[Any]) -> None:
+    emails = testjobs.send_email.using(tags=["x"])
+    handles = enqueue_many(
+        [
+            testjobs.add.prepare(1, 2),
+            emails.prepare("a@example.com"),
+            testjobs.add.prepare(3, 4),
+            emails.prepare("b@example.com"),
+        ]
+    )
+    assert [(c["sender"], [j.id for j in c["jobs"]]) for c in enqueued] == [
+        (testjobs.add, [handles[0].id, handles[2].id]),
+        (emails, [handles[1].id, handles[3].id]),
+    ]
+
+
+def test_aenqueue_many__enqueues_prepared_jobs_from_async_code(db: None) -> None:
+    handles = async_to_sync(aenqueue_many)(
+        [testjobs.add.prepare(1, 2), testjobs.noop.using(unique_key="a").prepare()]
+    )
+    assert [api.get_job(h.id).kind for h in handles] == [testjobs.add.kind, testjobs.noop.kind]
+
+
+def test_job_enqueue_many__takes_prepared_calls_of_its_kind_with_their_own_options(
+    db: None,
+) -> None:
+    handles = testjobs.add.using(priority=2).enqueue_many(
+        [
+            {"a": 1, "b": 2},
+            testjobs.add.using(unique_key="one", priority=7).prepare(3, 4),
+            ((5,), {"b": 6}),
+            testjobs.add.using(unique_key="one").prepare(0, 0),
+        ]
+    )
+    rows = [api.get_job(h.id) for h in handles]
+    assert [(r.priority, r.unique_key) for r in rows] == [
+        (2, None),
+        (7, "one"),
+        (2, None),
+        (7, "one"),
+    ]
+    assert [h.duplicate for h in handles] == [False, False, False, True]
+
+
+def test_job_enqueue_many__refuses_a_prepared_call_of_another_kind(db: None) -> None:
+    with pytest.raises(InvalidJob) as err:
+        testjobs.add.enqueue_many([{"a": 1, "b": 2}, testjobs.noop.prepare()])
+    assert err.value.field == "items[1]"
+    assert job_count() == 0
+
+
+def test_aenqueue_many__takes_prepared_calls_too(db: None) -> None:
+    handles = async_to_sync(testjobs.add.aenqueue_many)([testjobs.add.prepare(1, 2)])
+    assert api.get_job(handles[0].id).args == {"args": [1, 2], "kwargs": {}}
+
+
+# ---------------------------------------------------------------------------
 # Validation: each error names the field and writes nothing
 
 
@@ -666,5 +953,8 @@ def test_public_names__are_exported_lazily_from_the_package() -> None:
     assert django_hopper.job is job
     assert django_hopper.get_job is api.get_job
     assert django_hopper.JobFunction is JobFunction
+    assert django_hopper.enqueue_many is enqueue_many
+    assert django_hopper.aenqueue_many is aenqueue_many
+    assert django_hopper.PreparedJob is PreparedJob
     with pytest.raises(AttributeError):
         django_hopper.no_such_name  # noqa: B018

@@ -127,6 +127,40 @@ def test_batch__refuses_unique_keys_and_empty_batches(engine: BaseEngine) -> Non
         Batch().enqueue()
 
 
+def test_workflow_and_batch__take_prepared_jobs_with_their_own_options(
+    engine: BaseEngine,
+) -> None:
+    wf = Workflow("prepared")
+    fetch = wf.add(jobs.wf_step.using(queue=Q, priority=4).prepare("fetch"), step="fetch")
+    wf.add(jobs.wf_step.using(tags=["p"]).prepare("parse"), after=[fetch], step="parse")
+    wf.on_complete(jobs.wf_callback.prepare("done"))
+    handle = wf.enqueue()
+    fetched, parsed = handle["fetch"].refresh(), handle["parse"].refresh()
+    assert (fetched.queue, fetched.priority, fetched.args["args"]) == (Q, 4, ["fetch"])
+    assert (parsed.state, parsed.tags) == ("pending", ["p"])
+
+    batch = Batch()
+    batch.add(jobs.wf_step.using(queue=Q).prepare("x"))
+    batch.add(jobs.wf_step, "y")
+    assert [h.job.queue for h in batch.enqueue().jobs] == [Q, "default"]
+
+
+@pytest.mark.parametrize(
+    "add",
+    [
+        lambda: Workflow("w").add(jobs.wf_step.prepare("x"), "extra"),
+        lambda: Batch().add(jobs.wf_step.prepare("x"), name="extra"),
+        lambda: Batch().add(jobs.wf_step.using(unique_key="k").prepare("x")),
+    ],
+)
+def test_workflow_and_batch__refuse_a_prepared_job_with_more_arguments_or_a_unique_key(
+    engine: BaseEngine, add: object
+) -> None:
+    with pytest.raises(InvalidJob):
+        add()  # type: ignore[operator]
+    assert Job.objects.count() == 0
+
+
 def test_wait__returns_the_output_across_processes(
     tx_engine: BaseEngine, processes: Processes
 ) -> None:
