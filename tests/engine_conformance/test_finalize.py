@@ -489,6 +489,18 @@ def test_finalize__a_snooze_log_replaces_the_earlier_snooze_log_of_the_same_atte
     ]
 
 
+def test_finalize__a_snooze_without_a_log_drops_the_earlier_snooze_log(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    insert(engine, db_now)
+    job = claim_one(engine, client_id, db_now)
+    finalize(engine, db_now, result(job, "scheduled", snooze=True, log="snooze 1\n"))
+    job = claim_one(engine, client_id, db_now)
+    finalize(engine, db_now, result(job, "scheduled", snooze=True))
+
+    assert engine.job_logs(job.id) == []
+
+
 def test_finalize__keep_logs_keeps_only_the_newest_logs(
     engine: BaseEngine, db_now: dt.datetime, client_id: int
 ) -> None:

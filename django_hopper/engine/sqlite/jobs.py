@@ -432,19 +432,24 @@ class JobsMixin(SQLiteSupport):
                 done.append(str(f.id))
             if f.log is not None and not (f.state == "completed" and not f.archive):
                 logs.append([job_id, attempt, 0, f.log])
+        snoozes: list[list[Any]] = []
         for job_id, fence, attempt in stayed:
             key = (job_id, fence)
             applied.add(key)
             f = by_key[key]
+            # The log belongs to the attempt that ran, before a snooze gave it back.
+            ran = attempt + (1 if f.snooze else 0)
+            if f.snooze:
+                # A snooze, with a log or without, drops the previous snooze's log.
+                snoozes.append([job_id, ran, 1])
             if f.log is not None:
-                # The log belongs to the attempt that ran, before a snooze gave it back.
-                logs.append([job_id, attempt + (1 if f.snooze else 0), 1 if f.snooze else 0, f.log])
+                logs.append([job_id, ran, 1 if f.snooze else 0, f.log])
         if dropped:
             c.execute(Q["job_finalize_many.log_delete"], {"ids": json.dumps(dropped)})
+        if snoozes:
+            c.execute(Q["job_finalize_many.log_unsnooze"], {"logs": json.dumps(snoozes)})
         if logs:
             logs_s = json.dumps(logs)
-            if any(entry[2] for entry in logs):
-                c.execute(Q["job_finalize_many.log_unsnooze"], {"logs": logs_s})
             c.execute(Q["job_finalize_many.log"], {"logs": logs_s, "now": now_s})
             if params.keep_logs > 0:
                 ids = json.dumps(sorted({entry[0] for entry in logs}))

@@ -287,8 +287,8 @@ WHERE hopper_job.id = r.id
 RETURNING id, fence, attempt;
 
 -- name: job_finalize_many.log_unsnooze
--- A snooze's log replaces the earlier snooze log of the same attempt.
--- %(logs)s: [job_id, attempt, snoozed (0/1), log].
+-- A snooze (with a log or without) drops the earlier snooze log of the same attempt.
+-- %(logs)s: [job_id, attempt, snoozed (0/1)], one per snoozing result.
 DELETE FROM hopper_job_log
 WHERE snoozed
   AND (job_id, attempt) IN (
