@@ -92,16 +92,51 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                         id="hopper.E007",
                     )
                 )
-    for key in (
-        "POLL_INTERVAL",
-        "CLIENT_TTL",
-        "HEARTBEAT_INTERVAL",
-        "LEADER_TTL",
-        "SHUTDOWN_TIMEOUT",
-        "MAINTENANCE_INTERVAL",
-    ):
-        value = user.get(key, DEFAULTS[key])
-        if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+    errors += _check_numbers(user, DEFAULTS)
+    return errors
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+#: Keys that must be a number of seconds greater than zero.
+POSITIVE_SECONDS = (
+    "POLL_INTERVAL",
+    "CLIENT_TTL",
+    "HEARTBEAT_INTERVAL",
+    "LEADER_TTL",
+    "SHUTDOWN_TIMEOUT",
+    "MAINTENANCE_INTERVAL",
+    # Retention reads 0 as "not set" and falls back to the default, so 0 is refused.
+    "COMPLETED_RETENTION",
+    "FAILED_RETENTION",
+    "BACKOFF_MAX",
+)
+#: Keys that are a number >= 0, where 0 has a meaning (said in the hint).
+NON_NEGATIVE_NUMBERS = {
+    "RESCUE_STUCK_AFTER": "seconds; 0 turns the rescue of stuck jobs off",
+    "JOB_TIMEOUT": "seconds; 0 means no timeout",
+    "COMPLETER_FLUSH_INTERVAL": "seconds; 0 writes each result at once",
+    "STREAM_RETENTION": "seconds; 0 keeps stream events forever",
+    "BACKOFF_BASE": "seconds multiplied by attempt ** BACKOFF_EXPONENT",
+    "BACKOFF_EXPONENT": "the power of the attempt number in the backoff",
+}
+#: Keys that must be an integer of at least the given value.
+INTEGERS = {
+    "KEEP_LOGS": (0, "attempt logs kept per job; 0 keeps them all"),
+    "COMPLETER_BATCH_SIZE": (1, "results written per batch"),
+    "STREAM_PUMP_LIMIT": (1, "events per stream consumer per maintenance round"),
+    "DEFAULT_MAX_ATTEMPTS": (1, "attempts of a job that does not say otherwise"),
+}
+
+
+def _check_numbers(user: dict[str, Any], defaults: dict[str, Any]) -> list[Any]:
+    """Check the numeric keys, so that a typo fails ``manage.py check``, not a worker later."""
+    errors: list[Any] = []
+    for key in POSITIVE_SECONDS:
+        value = user.get(key, defaults[key])
+        if not _is_number(value) or value <= 0:
             errors.append(
                 Error(
                     f"HOPPER[{key!r}] must be a positive number of seconds, not {value!r}.",
@@ -109,4 +144,81 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
                     id="hopper.E008",
                 )
             )
+    for key, meaning in NON_NEGATIVE_NUMBERS.items():
+        value = user.get(key, defaults[key])
+        if not _is_number(value) or value < 0:
+            errors.append(
+                Error(
+                    f"HOPPER[{key!r}] must be a number >= 0, not {value!r}.",
+                    hint=f"Give a number ({meaning}).",
+                    id="hopper.E009",
+                )
+            )
+    for key, (least, meaning) in INTEGERS.items():
+        value = user.get(key, defaults[key])
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            errors.append(
+                Error(
+                    f"HOPPER[{key!r}] must be an integer >= {least}, not {value!r}.",
+                    hint=f"Give an integer ({meaning}).",
+                    id="hopper.E010",
+                )
+            )
+    jitter = user.get("BACKOFF_JITTER", defaults["BACKOFF_JITTER"])
+    if not _is_number(jitter) or not 0 <= jitter <= 1:
+        errors.append(
+            Error(
+                f"HOPPER['BACKOFF_JITTER'] must be a fraction between 0 and 1, not {jitter!r}.",
+                hint="0.1 spreads each retry delay by up to 10% either way; 0 turns jitter off.",
+                id="hopper.E011",
+            )
+        )
+    heartbeat = user.get("HEARTBEAT_INTERVAL", defaults["HEARTBEAT_INTERVAL"])
+    ttl = user.get("CLIENT_TTL", defaults["CLIENT_TTL"])
+    if _is_number(heartbeat) and _is_number(ttl) and 0 < ttl <= heartbeat:
+        errors.append(
+            Error(
+                f"HOPPER['HEARTBEAT_INTERVAL'] ({heartbeat!r}) must be shorter than "
+                f"HOPPER['CLIENT_TTL'] ({ttl!r}).",
+                hint=(
+                    "A lease renewed no more often than it expires lapses between renewals: "
+                    "every worker would be fenced and its jobs rescued. Renew at least three "
+                    "times per TTL, e.g. HEARTBEAT_INTERVAL 5 with CLIENT_TTL 30."
+                ),
+                id="hopper.E012",
+            )
+        )
+    stuck = user.get("RESCUE_STUCK_AFTER", defaults["RESCUE_STUCK_AFTER"])
+    timeout = user.get("JOB_TIMEOUT", defaults["JOB_TIMEOUT"])
+    if _is_number(stuck) and _is_number(timeout) and 0 < stuck <= timeout:
+        errors.append(
+            Warning(
+                f"HOPPER['RESCUE_STUCK_AFTER'] ({stuck!r}) is not longer than "
+                f"HOPPER['JOB_TIMEOUT'] ({timeout!r}).",
+                hint=(
+                    "The rescue would end attempts as stuck before their own timeout does. "
+                    "Make RESCUE_STUCK_AFTER longer than the longest job timeout."
+                ),
+                id="hopper.W002",
+            )
+        )
+    for key in ("ARCHIVE_COMPLETED", "PREPARED_STATEMENTS"):
+        value = user.get(key, defaults[key])
+        if not isinstance(value, bool):
+            errors.append(
+                Error(
+                    f"HOPPER[{key!r}] must be True or False, not {value!r}.",
+                    hint="Give a boolean.",
+                    id="hopper.E013",
+                )
+            )
+    imports = user.get("IMPORTS", defaults["IMPORTS"])
+    if not isinstance(imports, list | tuple) or not all(isinstance(m, str) for m in imports):
+        errors.append(
+            Error(
+                f"HOPPER['IMPORTS'] must be a list of module paths, not {imports!r}.",
+                hint='For example ["myapp.jobs"].',
+                id="hopper.E014",
+            )
+        )
     return errors

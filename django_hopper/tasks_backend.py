@@ -490,6 +490,19 @@ class HopperBackend(BaseTaskBackend):  # type: ignore[misc,unused-ignore]
                     id="hopper.E702",
                 )
             )
+        elif self.database != hopper_settings.DATABASE:
+            errors.append(
+                checks.Warning(
+                    f"TASKS[{self.alias!r}] stores tasks on the database {self.database!r}, "
+                    f"but hopper_worker works HOPPER['DATABASE'] ({hopper_settings.DATABASE!r}) "
+                    "by default.",
+                    hint=(
+                        f"Run a worker for it: manage.py hopper_worker --database "
+                        f"{self.database} (the database needs hopper's tables: migrate it)."
+                    ),
+                    id="hopper.W702",
+                )
+            )
         from django_hopper import validation
 
         try:
@@ -742,6 +755,38 @@ def _on_job_finished(
     except TaskResultDoesNotExist:
         return  # the task's module is gone: the worker reports the attempt itself
     task_finished.send(type(backend), task_result=result)
+
+
+def announce_finished(rows: Iterable[JobRow]) -> int:
+    """Send ``task_finished`` for the Django tasks among ``rows`` that hopper ended itself.
+
+    The worker announces the endings of its attempts (``_on_job_finished``);
+    the leader's services end tasks outside any attempt: the rescue of a
+    dead or stuck worker's attempt, and the expiry of a TTL or a job lease.
+    They call this with the jobs as ended (``canceled`` or ``discarded``,
+    their errors recorded), in the process that ended them: receivers
+    connected in that process (the leader's) see the signal, not those of
+    the worker that had run the task. A receiver's error is logged, never
+    raised, so that it cannot stop a maintenance pass. Returns how many
+    signals were sent.
+    """
+    sent = 0
+    for row in rows:
+        spec = _spec(row)
+        if spec is None or row.state not in ("completed", "canceled", "discarded"):
+            continue
+        backend = _backend_or_none(str(spec.get("backend")))
+        if backend is None:
+            continue
+        try:
+            result = backend.result_from_row(row)
+        except TaskResultDoesNotExist:
+            continue
+        for receiver, outcome in task_finished.send_robust(type(backend), task_result=result):
+            if isinstance(outcome, Exception):
+                logger.error("a task_finished receiver %r failed: %s", receiver, outcome)
+        sent += 1
+    return sent
 
 
 def _connect() -> None:

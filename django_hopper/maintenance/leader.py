@@ -77,13 +77,21 @@ class Maintainer:
         self._last: dict[str, float] = {}
         self.wake = threading.Event()
 
-    def run_services(self, force: bool = False) -> dict[str, int]:
-        """Run the services that are due (all with ``force``); return rows changed per service."""
+    def run_services(self, force: bool = False, at: float | None = None) -> dict[str, int]:
+        """Run the services that are due (all with ``force``); return rows changed per service.
+
+        ``at`` is the loop's scheduled tick (monotonic seconds; default now).
+        A service is due when its interval has passed since the tick it last
+        ran at, measured between ticks rather than between the moments the
+        services happened to start: the election before them takes a variable
+        time, and a tick measured as 0.999 s after the last one would skip a
+        1-second service for a whole round.
+        """
         out: dict[str, int] = {}
-        now = time.monotonic()
+        now = time.monotonic() if at is None else at
         for service in self.services:
             last = self._last.get(service.name)
-            if not force and last is not None and now - last < service.interval:
+            if not force and last is not None and now - last < service.interval - TICK_SLACK:
                 continue
             self._last[service.name] = now
             try:
@@ -105,33 +113,60 @@ class Maintainer:
                     reset_connection(self.engine.alias)
                     logger.exception("registering periodic jobs failed")
 
-    def run_once(self) -> dict[str, int] | None:
+    def run_once(self, at: float | None = None) -> dict[str, int] | None:
         """Elect, then run due services if leading; None when not the leader."""
         if not self.elector.run_once():
             return None
-        return self.run_services()
+        return self.run_services(at=at)
 
     def run(self, stop: threading.Event) -> None:
         """Loop until ``stop``: renew the lease often enough, run services while leading.
 
         The lease is renewed at least three times per TTL; a CHANNEL_LEADER
         notification (``wake``) makes the next election happen at once.
+        Rounds keep to a schedule (each tick one period after the previous
+        *tick*, not after the previous round ended), so the time the services
+        take does not stretch the period: a 1-second periodic job gets a
+        round in every second and no slot is skipped. A round that overran
+        whole periods skips the ticks it missed instead of running them in a
+        burst.
         """
         period = min(self.interval, self.elector.ttl / 3)
         delay = Backoff(0.1, max(period, 1.0))
+        tick = time.monotonic()
         try:
             while not stop.is_set():
                 try:
-                    self.run_once()
+                    self.run_once(at=tick)
                     delay.reset()
-                    wait = period
+                    tick = next_tick(tick, period, time.monotonic())
+                    wait = tick - time.monotonic()
                 except Exception:
                     reset_connection(self.engine.alias)
                     wait = delay.next()
                     logger.warning("leader election failed; retrying in %.2fs", wait, exc_info=True)
-                self.wake.wait(wait)
+                    tick = time.monotonic() + wait
+                if self.wake.wait(max(wait, 0.0)):
+                    # Elect at once; the schedule starts again from now.
+                    tick = time.monotonic()
                 self.wake.clear()
         finally:
             for service in self.services:
                 service.close()
             close_thread_connections()
+
+
+#: Seconds of timer jitter tolerated when deciding whether a service is due.
+TICK_SLACK = 0.001
+
+
+def next_tick(previous: float, period: float, now: float) -> float:
+    """Return the first tick after ``now`` on the schedule ``previous + k * period``.
+
+    Normally ``previous + period``; after a round that overran, the next tick
+    still on the schedule, so missed ticks are skipped, not run back to back.
+    """
+    tick = previous + period
+    if tick <= now and period > 0:
+        tick += ((now - tick) // period + 1) * period
+    return tick

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from django_hopper.conf import hopper_settings
@@ -23,7 +24,7 @@ from django_hopper.engine.base import (
 from django_hopper.retry import backoff
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine, JobID, RescueCandidate
+    from django_hopper.engine.base import BaseEngine, JobID, JobRow, RescueCandidate
     from django_hopper.periodic_services import PeriodicEnqueuer
 
 logger = logging.getLogger("django_hopper.maintenance")
@@ -44,8 +45,12 @@ class Service(ABC):
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Do one round of work; return how many rows it changed."""
 
-    def close(self, timeout: float = 10.0) -> None:  # noqa: B027 (a no-op hook by design)
-        """Wait for work the service started in the background (none by default)."""
+    def close(self, timeout: float | None = 10.0) -> None:  # noqa: B027 (a no-op hook by design)
+        """Wait for work the service started in the background (none by default).
+
+        ``timeout=None`` waits as long as it takes (``hopper_maintain --once``,
+        whose exit would otherwise kill the work).
+        """
 
 
 class Rescuer(Service):
@@ -104,6 +109,12 @@ class Rescuer(Service):
             )
         )
         done = {(f.id, f.fence) for f in applied}
+        ended = [
+            _ended_row(c.job, f, now)
+            for c, f in zip(candidates, finals, strict=True)
+            if (f.id, f.fence) in done and f.state in ("canceled", "discarded")
+        ]
+        announce_task_endings(ended)
         for c, f in zip(candidates, finals, strict=True):
             if (f.id, f.fence) in done:
                 logger.warning(
@@ -116,6 +127,46 @@ class Rescuer(Service):
                     f.state,
                 )
         return len(done)
+
+
+#: The metadata key that marks a job as a Django task (``tasks_backend.META_KEY``).
+DJANGO_TASK_KEY = "django_task"
+
+
+def _ended_row(job: JobRow, final: JobFinalize, now: dt.datetime | None) -> JobRow:
+    """Return a rescued job as its rescue ended it (without reading it back)."""
+    at = now or dt.datetime.now(dt.UTC)
+    errors = list(job.errors)
+    if final.error is not None:
+        errors.append(dataclasses.replace(final.error, at=at))
+    return dataclasses.replace(job, state=final.state, errors=errors, finalized_at=at)
+
+
+def announce_task_endings(rows: Sequence[JobRow]) -> None:
+    """Send Django's ``task_finished`` for the Django tasks a service just ended.
+
+    Django documents ``task_finished`` for every finished task, failed ones
+    included; a task hopper ends outside an attempt (rescued, expired) has no
+    worker to announce it. Costs one dict lookup per job when no job is a
+    Django task, and never imports the Tasks API otherwise.
+    """
+    tasks = [
+        r
+        for r in rows
+        if r.state in ("completed", "canceled", "discarded")
+        and isinstance(r.metadata, dict)
+        and DJANGO_TASK_KEY in r.metadata
+    ]
+    if not tasks:
+        return
+    try:
+        from django_hopper.tasks_backend import announce_finished
+    except ImportError:  # no Tasks API installed: nothing can listen
+        return
+    try:
+        announce_finished(tasks)
+    except Exception:
+        logger.exception("announcing %d ended tasks failed", len(tasks))
 
 
 class Scheduler(Service):
@@ -156,7 +207,9 @@ class LeaseExpirer(Service):
             seconds=max(float(hopper_settings.CLIENT_TTL), float(hopper_settings.LEADER_TTL))
         )
         params = JobExpireLeasesParams(limit=1000, client_id=client_id, grace=grace, now=now)
-        return len(self.engine.job_expire_leases(params))
+        rows = self.engine.job_expire_leases(params)
+        announce_task_endings(rows)
+        return len(rows)
 
 
 class ExpiredJobDiscarder(Service):
@@ -166,7 +219,9 @@ class ExpiredJobDiscarder(Service):
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Discard one batch of expired jobs; return how many."""
-        return len(self.engine.job_discard_expired(JobDiscardExpiredParams(now=now)))
+        rows = self.engine.job_discard_expired(JobDiscardExpiredParams(now=now))
+        announce_task_endings(rows)
+        return len(rows)
 
 
 class Ager(Service):
@@ -255,7 +310,8 @@ class Periodic(Service):
 
 
 class HistoryRetentionService(Service):
-    """Create history partitions ahead and drop or prune what is past retention."""
+    """Create history partitions ahead, drop or prune what is past retention, and
+    delete the batches, workflow edges and step ledgers gone jobs left behind."""
 
     name = "history_retention"
     interval = 300.0
@@ -264,7 +320,14 @@ class HistoryRetentionService(Service):
         from django_hopper.periodic_services import HistoryRetention
 
         result = HistoryRetention(self.engine).run_once(now)
-        return len(result.created) + len(result.dropped) + int(result.pruned)
+        return (
+            len(result.created)
+            + len(result.dropped)
+            + int(result.pruned)
+            + result.batches_deleted
+            + result.edges_deleted
+            + result.steps_deleted
+        )
 
 
 class WorkflowSweeper(Service):
@@ -346,7 +409,7 @@ class HistoryIndexService(Service):
         self._thread.start()
         return 1
 
-    def close(self, timeout: float = 10.0) -> None:
+    def close(self, timeout: float | None = 10.0) -> None:
         """Let a running pass finish, so its connection closes before the process exits."""
         if self._thread is not None:
             self._thread.join(timeout)
@@ -453,7 +516,11 @@ def default_services(
     ]
     if client_id is not None:
         services.insert(1, LeaseExpirer(engine, client_id))
-        services.append(Periodic(engine, client_id))
+        # Periodic jobs are inserted through HOPPER["DATABASE"]; a leader of
+        # another database (hopper_worker --database) inserting them too
+        # would run each slot twice.
+        if engine.alias == hopper_settings.DATABASE:
+            services.append(Periodic(engine, client_id))
     services += [HistoryRetentionService(engine), JobsUpkeepService(engine)]
     services.append(StreamRetentionService(engine))
     services.append(HistoryIndexService(engine))

@@ -2,8 +2,16 @@
 
 Each child is ``hopper_worker`` without ``--processes`` (its own client, its
 own lease), so a child that crashes loses nothing: the rescue recovers its
-jobs and the supervisor starts a replacement. SIGTERM/SIGINT are forwarded to
-the children; the supervisor exits once they have all stopped.
+jobs and the supervisor starts a replacement. The supervisor exits once its
+children have all stopped.
+
+Signals: the children share the supervisor's process group and cgroup, so a
+terminal's Ctrl-C, ``kill -TERM -<pgid>`` or systemd's stop reach each child
+directly as well as the supervisor. Forwarding SIGTERM/SIGINT would then make
+one stop two signals, and a worker's second signal abandons its jobs. The
+supervisor therefore forwards its first SIGTERM/SIGINT as SIGUSR1 ("stop
+gracefully", which a child takes any number of times) and every later one as
+SIGUSR2 ("stop at once"); see ``hopper_worker.follow_supervisor``.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ class Supervisor:
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
+        env["HOPPER_SUPERVISOR_PID"] = str(os.getpid())
         paths = [p for p in (os.getcwd(), *sys.path) if p and os.path.isdir(p)]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
         return env
@@ -55,13 +64,16 @@ class Supervisor:
         logger.info("started worker process %d (pid %d)", slot, proc.pid)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        """Forward the signal to every child; the second one kills them."""
+        """Ask every child to stop: gracefully the first time, at once after that."""
         self._signals += 1
         self.stopping = True
+        forward = signal.SIGUSR1 if self._signals == 1 else signal.SIGUSR2
+        if self._signals > 1:
+            logger.warning("second signal: stopping the worker processes at once")
         for proc in self.children.values():
             if proc.poll() is None:
                 try:
-                    proc.send_signal(signum if self._signals == 1 else signal.SIGKILL)
+                    proc.send_signal(forward)
                 except ProcessLookupError:
                     pass
 

@@ -2,49 +2,169 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import socket
 import sys
-from typing import Any
+import threading
+import time
+from typing import TYPE_CHECKING, Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+if TYPE_CHECKING:
+    from django_hopper.engine.base import BaseEngine
+
+#: Exit status of ``--once`` when another client holds the leader lease.
+LEADER_BUSY = 3
 
 
 class Command(BaseCommand):
     help = (
-        "Run hopper's maintenance (rescue, scheduling, TTL expiry, client pruning): "
-        "once with --once, or in a loop as a client that elects itself leader."
+        "Run hopper's maintenance (rescue, scheduling, TTL expiry, client pruning, periodic "
+        "jobs, retention): once with --once, or in a loop as a client that elects itself leader."
     )
 
-    def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--once", action="store_true", help="Run every service once and exit.")
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help=(
+                "Take the leader lease, run every service once (waiting for background "
+                "index builds), resign and exit. Exits with status 3 if another client "
+                "leads (it runs these services already)."
+            ),
+        )
+        parser.add_argument(
+            "--wait",
+            type=float,
+            default=0.0,
+            help="With --once: seconds to wait for the leader lease before giving up.",
+        )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help=(
+                "With --once: run the services even if another client leads (for an "
+                "operator: services such as queue aging may then act twice)."
+            ),
+        )
+        parser.add_argument(
+            "--database",
+            help="Database alias to maintain (default HOPPER['DATABASE']).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from django.db import connections
+
+        from django_hopper.conf import hopper_settings
         from django_hopper.engine import get_engine
-        from django_hopper.maintenance import default_services
         from django_hopper.worker import Worker, WorkerConfig
 
+        alias = options.get("database") or str(hopper_settings.DATABASE)
+        if alias not in connections.settings:
+            raise CommandError(f"--database: {alias!r} is not in DATABASES")
+        engine = get_engine(alias)
         if options["once"]:
-            import datetime as dt
-            import socket
-
-            from django_hopper.engine.base import ClientRegisterParams
-
-            engine = get_engine()
-            # Periodic jobs are registered and inserted under a client lease,
-            # so a one-off pass holds one for its duration.
-            client_id = engine.client_register(
-                ClientRegisterParams(
-                    hostname=socket.gethostname(),
-                    ttl=dt.timedelta(minutes=5),
-                    info={"command": "hopper_maintain --once"},
-                )
+            self.once(
+                engine,
+                wait=float(options["wait"]),
+                force=bool(options["force"]),
+                verbose=int(options.get("verbosity", 1)) >= 1,
             )
+            return
+        if options["force"] or options["wait"]:
+            raise CommandError("--force and --wait only apply to --once")
+        worker = Worker(WorkerConfig(queues={}, run_jobs=False, maintenance=True), engine)
+        sys.exit(worker.run())
+
+    def once(self, engine: BaseEngine, *, wait: float, force: bool, verbose: bool) -> None:
+        """Run every service once as the leader, then resign.
+
+        Running them beside a live leader would do its work twice (a second
+        rescue pass is harmless, a second aging pass raises priorities
+        again), so the pass takes the leader lease first, keeps it renewed
+        while it runs, and refuses when another client holds it, unless
+        ``force``. It waits for work the services start in the background
+        (history index builds) before it resigns: the process exiting would
+        kill them mid-build.
+        """
+        from django_hopper.conf import hopper_settings
+        from django_hopper.engine.base import ClientRegisterParams, ClientRenewParams
+        from django_hopper.maintenance import default_services
+        from django_hopper.maintenance.leader import Elector
+        from django_hopper.worker.db import close_thread_connections
+
+        client_ttl = float(hopper_settings.CLIENT_TTL)
+        leader_ttl = float(hopper_settings.LEADER_TTL)
+        # Periodic jobs are registered and inserted under a client lease, and
+        # the leader lease belongs to a client: the pass holds one while it runs.
+        client_id = engine.client_register(
+            ClientRegisterParams(
+                hostname=socket.gethostname(),
+                ttl=dt.timedelta(seconds=client_ttl),
+                info={"command": "hopper_maintain --once"},
+            )
+        )
+        elector = Elector(engine, lambda: client_id, leader_ttl)
+        stop = threading.Event()
+        lost = threading.Event()
+        renewer: threading.Thread | None = None
+        try:
+            leads = elector.run_once()
+            deadline = time.monotonic() + max(wait, 0.0)
+            while not leads and time.monotonic() < deadline:
+                time.sleep(min(0.5, max(deadline - time.monotonic(), 0.01)))
+                leads = elector.run_once()
+            if not leads and not force:
+                leader = engine.leader_get()
+                raise CommandError(
+                    f"client {leader} holds the leader lease and runs these services "
+                    "already; nothing was done. Use --wait SECONDS to wait for the lease, "
+                    "or --force to run anyway.",
+                    returncode=LEADER_BUSY,
+                )
+            if not leads:
+                self.stderr.write("another client leads: running the services anyway (--force).")
+
+            def renew() -> None:
+                # Keep both leases alive however long a service (an index build) takes.
+                period = max(min(client_ttl, leader_ttl) / 3, 0.05)
+                try:
+                    while not stop.wait(period):
+                        try:
+                            engine.client_renew(
+                                ClientRenewParams(
+                                    client_id=client_id, ttl=dt.timedelta(seconds=client_ttl)
+                                )
+                            )
+                            if leads and not elector.run_once():
+                                lost.set()
+                        except Exception:
+                            pass  # retried next period; a lapse shows up as ``lost``
+                finally:
+                    close_thread_connections()
+
+            renewer = threading.Thread(target=renew, name="hopper-maintain-renew", daemon=True)
+            renewer.start()
+            services = default_services(engine, lambda: client_id)
             try:
-                for service in default_services(engine, lambda: client_id):
+                for service in services:
+                    if lost.is_set():
+                        raise CommandError(
+                            "lost the leader lease while running; the remaining services "
+                            "were left to the new leader."
+                        )
                     changed = service.run_once()
-                    if options.get("verbosity", 1) >= 1:
+                    if verbose:
                         self.stdout.write(f"{service.name}: {changed}")
             finally:
+                for service in services:
+                    service.close(timeout=None)
+        finally:
+            stop.set()
+            if renewer is not None:
+                renewer.join()
+            try:
+                elector.resign(client_id)
+            finally:
                 engine.client_delete(client_id)
-            return
-        worker = Worker(WorkerConfig(queues={}, run_jobs=False, maintenance=True))
-        sys.exit(worker.run())

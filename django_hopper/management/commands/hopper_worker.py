@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
-from typing import Any
+import threading
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_hopper.validation import QUEUE_RE
+
+if TYPE_CHECKING:
+    from django_hopper.worker import Worker
 
 
 def parse_queues(value: str, default_concurrency: int | None = None) -> dict[str, int]:
@@ -66,9 +72,17 @@ class Command(BaseCommand):
             action="store_true",
             help="Do not take part in leader election (run hopper_maintain elsewhere).",
         )
+        parser.add_argument(
+            "--database",
+            help=(
+                "Database alias whose jobs to run (default HOPPER['DATABASE']), e.g. the "
+                "alias a Tasks backend stores its tasks on with OPTIONS['database']."
+            ),
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_hopper.conf import hopper_settings
+        from django_hopper.engine import get_engine
         from django_hopper.worker import Worker, WorkerConfig
         from django_hopper.worker.supervisor import Supervisor
 
@@ -81,6 +95,11 @@ class Command(BaseCommand):
             if options["concurrency"] < 1:
                 raise CommandError("--concurrency must be at least 1")
             queues = {q: options["concurrency"] for q in queues}
+        alias = options.get("database") or str(hopper_settings.DATABASE)
+        from django.db import connections
+
+        if alias not in connections.settings:
+            raise CommandError(f"--database: {alias!r} is not in DATABASES")
         processes = options["processes"]
         if processes < 1:
             raise CommandError("--processes must be at least 1")
@@ -92,6 +111,8 @@ class Command(BaseCommand):
                 argv += ["--shutdown-timeout", str(options["shutdown_timeout"])]
             if options["no_maintenance"]:
                 argv.append("--no-maintenance")
+            if options.get("database"):
+                argv += ["--database", alias]
             if options.get("settings"):
                 argv += ["--settings", options["settings"]]
             argv += ["--verbosity", str(options.get("verbosity", 1))]
@@ -105,7 +126,10 @@ class Command(BaseCommand):
             shutdown_timeout=options["shutdown_timeout"],
             maintenance=not options["no_maintenance"],
         )
-        worker = Worker(config)
+        worker = Worker(config, get_engine(alias))
+        supervisor = os.environ.get(SUPERVISOR_ENV)
+        if supervisor and supervisor.isdigit():
+            follow_supervisor(worker, int(supervisor))
         code = worker.run()
         if worker.stranded:
             # Threads of jobs that outlived the shutdown timeout cannot be joined;
@@ -116,6 +140,56 @@ class Command(BaseCommand):
             os._exit(code)
         if code:
             raise CommandError(f"worker exited with status {code}", returncode=code)
+
+
+#: Set by the supervisor in its children's environment: the supervisor's PID.
+SUPERVISOR_ENV = "HOPPER_SUPERVISOR_PID"
+
+
+def follow_supervisor(worker: Worker, supervisor_pid: int) -> None:
+    """Take stop requests from the supervisor on their own signals, and stop if it dies.
+
+    A child shares its supervisor's process group and cgroup, so a terminal's
+    Ctrl-C or systemd's stop signals it directly *and* through the
+    supervisor. The supervisor therefore forwards SIGUSR1 (stop gracefully,
+    however often it arrives) and, on a second signal, SIGUSR2 (stop at
+    once): a stop that reaches the child twice is one stop, not the
+    worker's "second signal" that abandons its jobs. SIGTERM and SIGINT keep
+    their meaning for a child signalled on its own. A child whose supervisor
+    died (SIGKILL) stops gracefully instead of running on unsupervised.
+    """
+
+    def stop_gracefully() -> None:
+        logging.getLogger("django_hopper.worker").info("the supervisor asked to stop")
+        worker.stop()
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        # The same stop often arrives as SIGINT too, and this handler may run
+        # inside the worker's own, in the middle of an Event.set() whose lock
+        # is not reentrant: stopping from this thread could deadlock, so stop
+        # from another one.
+        if not worker.stopping.is_set():
+            threading.Thread(target=stop_gracefully, name="hopper-stop", daemon=True).start()
+
+    def stop_now(signum: int, frame: FrameType | None) -> None:
+        logging.getLogger("django_hopper.worker").warning("the supervisor asked to stop at once")
+        logging.shutdown()
+        os._exit(1)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR1, stop)
+        signal.signal(signal.SIGUSR2, stop_now)
+
+    def watch() -> None:
+        while not worker.stopping.wait(1.0):
+            if os.getppid() != supervisor_pid:
+                logging.getLogger("django_hopper.worker").error(
+                    "the supervisor (pid %d) is gone: stopping", supervisor_pid
+                )
+                worker.stop()
+                return
+
+    threading.Thread(target=watch, name="hopper-supervisor-watch", daemon=True).start()
 
 
 def _configure_logging(verbosity: int) -> None:
