@@ -66,7 +66,39 @@ def cancel_job(job_id: uuid.UUID | str) -> JobRow:
     """
     from django_hopper.engine.base import JobCancelParams
 
-    return _engine().job_cancel(JobCancelParams(id=parse_job_id(job_id)))
+    engine = _engine()
+    jid = parse_job_id(job_id)
+    before = engine.job_get(jid)
+    row = engine.job_cancel(JobCancelParams(id=jid))
+    if before is not None and before.state in _WAITING and row.state == "canceled":
+        _announce_task_ending(row, engine.alias)
+    return row
+
+
+#: States in which a cancel ends the job at once (no attempt runs).
+_WAITING = frozenset({"available", "scheduled", "retryable", "pending"})
+
+
+def _announce_task_ending(row: JobRow, alias: str) -> None:
+    """Send Django's ``task_finished`` for a task this call ended, once the ending commits.
+
+    A cancel of a waiting task ends it without an attempt, so no worker
+    announces it. The signal waits for the caller's transaction: a rolled
+    back cancel ended nothing. Plain hopper jobs (no task description in
+    their metadata) are left alone, without importing the Tasks API.
+    """
+    from django.db import transaction
+
+    meta = row.metadata
+    if not (isinstance(meta, dict) and isinstance(meta.get("django_task"), dict)):
+        return
+
+    def announce() -> None:
+        from django_hopper.tasks_backend import announce_finished
+
+        announce_finished([row])
+
+    transaction.on_commit(announce, using=alias)
 
 
 def retry_job(job_id: uuid.UUID | str, *, from_start: bool = False) -> JobRow:

@@ -151,3 +151,38 @@ def test_a_leader_of_another_database_does_not_insert_periodic_jobs(engine: Base
     other = SimpleNamespace(alias="other")
     assert not any(isinstance(s, Periodic) for s in default_services(other, lambda: 1))  # type: ignore[arg-type]
     assert any(isinstance(s, Periodic) for s in default_services(engine, lambda: 1))
+
+
+def test_cancelling_a_waiting_task_sends_task_finished_failed_after_commit(
+    engine: BaseEngine, django_capture_on_commit_callbacks: Any
+) -> None:
+    import django_hopper
+
+    result = tasks.add.enqueue(1, 2)
+    with Finished() as finished:
+        with django_capture_on_commit_callbacks(execute=True) as callbacks:
+            django_hopper.cancel_job(result.id)
+            assert finished.results == []  # not before the cancel commits
+        assert len(callbacks) == 1
+
+    (sent,) = finished.results
+    assert sent.id == result.id
+    assert sent.status == TaskResultStatus.FAILED
+
+
+def test_cancelling_a_plain_job_or_a_finished_task_sends_nothing(
+    engine: BaseEngine, django_capture_on_commit_callbacks: Any
+) -> None:
+    import django_hopper
+    from tests.testapp import jobs
+
+    plain = jobs.add.enqueue(1, 2)
+    result = tasks.add.enqueue(1, 2)
+    with django_capture_on_commit_callbacks(execute=True):
+        django_hopper.cancel_job(result.id)
+    with Finished() as finished:
+        with django_capture_on_commit_callbacks(execute=True) as callbacks:
+            django_hopper.cancel_job(plain.id)
+            django_hopper.cancel_job(result.id)  # already canceled: unchanged
+        assert callbacks == []
+    assert finished.results == []
