@@ -137,6 +137,13 @@ ROWS: list[Row] = [
         ),
     ),
     (
+        "workflow of 10,000 jobs, one transaction: s (build + enqueue)",
+        lambda r: (
+            f"{r['workflow']['seconds']:.2f} ({r['workflow']['build_s']:.2f} + "
+            f"{r['workflow']['insert_s']:.2f})"
+        ),
+    ),
+    (
         "claim of 10 alone: ms (server plan + run)",
         lambda r: _statement(r["growth"]["empty"].get("claim") or {}),
     ),

@@ -41,6 +41,10 @@ SIZES: dict[str, tuple[int, int]] = {
     "memory": (100_000, 5_000),
 }
 LATENCY_JOBS = 200
+#: The workflow inserted in one transaction (issue 5; never scaled): one root
+#: step, then WORKFLOW_CHAINS chains of WORKFLOW_CHAIN steps after it.
+WORKFLOW_CHAINS = 99
+WORKFLOW_CHAIN = 101
 LATENCY_GAP = 0.020
 WORKER_QUEUES = "bench:10"
 RESET_TABLES = (
@@ -49,6 +53,10 @@ RESET_TABLES = (
     "hopper_job_log",
     "hopper_client",
     "hopper_leader",
+    "hopper_job_dependency",
+    "hopper_dependency_result",
+    "hopper_batch_progress",
+    "hopper_batch",
 )
 
 
@@ -314,6 +322,44 @@ class Suite:
             with transaction.atomic():
                 engine.job_insert_many(params, opts)
         out["unique_many_1000"] = rate(m, time.perf_counter() - start)
+        self.reset()
+        return out
+
+    def measure_workflow(self) -> dict[str, Any]:
+        """Time a 10,000-job workflow built and inserted in one transaction (issue 5).
+
+        One root step fans out to WORKFLOW_CHAINS chains of WORKFLOW_CHAIN
+        steps (10,000 jobs, 9,999 dependency edges), through the public
+        ``Workflow`` API, inside ``transaction.atomic()``: ``build_s`` is the
+        ``Workflow.add`` calls, ``insert_s`` the ``enqueue()`` and the commit,
+        ``seconds`` both. Jobs of a workflow that are waiting on another are
+        ``pending``, so no worker could take them meanwhile anyway.
+        """
+        from django.db import transaction
+
+        from bench.jobs import noop
+        from django_hopper import Workflow
+
+        jobs = 1 + WORKFLOW_CHAINS * WORKFLOW_CHAIN
+        self.reset()
+        self.progress(f"a workflow of {jobs:,} jobs in one transaction")
+        start = time.perf_counter()
+        with transaction.atomic():
+            wf = Workflow("bench")
+            root = wf.add(noop, step="root")
+            edges = 0
+            for _ in range(WORKFLOW_CHAINS):
+                prev = root
+                for _ in range(WORKFLOW_CHAIN):
+                    prev = wf.add(noop, after=[prev])
+                    edges += 1
+            built = time.perf_counter()
+            handle = wf.enqueue()
+        end = time.perf_counter()
+        out = rate(jobs, end - start)
+        out.update(edges=edges, build_s=round(built - start, 4), insert_s=round(end - built, 4))
+        if len(handle.jobs) != jobs:
+            out["warning"] = f"inserted {len(handle.jobs)} of {jobs} workflow jobs"
         self.reset()
         return out
 
@@ -601,6 +647,7 @@ class Suite:
     def run_once(self) -> dict[str, Any]:
         """Run every section once; return the results."""
         result: dict[str, Any] = {"raw": self.measure_raw(), "enqueue": self.measure_enqueue()}
+        result["workflow"] = self.measure_workflow()
         self.measure_startup()
         result["startup_cpu_s"] = round(self.startup_cpu, 3)
         cases: dict[str, Any] = {}
@@ -765,6 +812,13 @@ def render(engine: str, title: str, r: dict[str, Any]) -> str:
         insm,
         "raw multi-row insert",
     )
+    wf = r.get("workflow")
+    if wf:
+        lines.append(
+            f"  workflow of {num(wf['jobs'])} jobs ({num(wf.get('edges'))} edges), one "
+            f"transaction: {wf['seconds']:.2f} s (build {wf.get('build_s', 0):.2f} s + "
+            f"enqueue {wf.get('insert_s', 0):.2f} s) = {num(wf['jobs_per_s'])} jobs/s"
+        )
     lines.append("Processing (no-op jobs, concurrency 10 per process)")
     for key, bound, label, what in (
         ("1proc", one, "raw 1 conn", "1 worker process"),

@@ -64,6 +64,8 @@ HOPPER: dict[str, Any] = {
 }
 if os.environ.get("BENCH_POLL_INTERVAL"):
     HOPPER["POLL_INTERVAL"] = float(os.environ["BENCH_POLL_INTERVAL"])
+if os.environ.get("BENCH_FLUSH_INTERVAL"):
+    HOPPER["COMPLETER_FLUSH_INTERVAL"] = float(os.environ["BENCH_FLUSH_INTERVAL"])
 
 LOGGING = {
     "version": 1,

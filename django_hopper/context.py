@@ -53,7 +53,10 @@ class JobContext:
         self._engine = engine
         self._lines: list[str] = []
         self._lines_lock = threading.Lock()
-        self._cancelled = threading.Event()
+        #: Set once from another thread (the worker), read by the attempt: a
+        #: plain flag, since nothing waits on it (an Event costs a Condition
+        #: per job).
+        self._cancelled = False
         self._lost = False
         self.progress: Progress | None = job.progress
 
@@ -174,11 +177,11 @@ class JobContext:
     @property
     def cancelled(self) -> bool:
         """Return True once cancellation of the attempt was requested (or it timed out)."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
     def cancel(self) -> None:
         """Mark the attempt cancelled (called by the worker, from another thread)."""
-        self._cancelled.set()
+        self._cancelled = True
 
     def check_cancelled(self) -> None:
         """Raise if the attempt should stop: cooperative cancellation for sync jobs.
@@ -189,7 +192,7 @@ class JobContext:
         """
         if self._lost:
             raise JobFenced(f"job {self.job.id} is no longer owned by this attempt")
-        if self._cancelled.is_set():
+        if self._cancelled:
             raise JobCanceled(f"job {self.job.id} was cancelled")
 
     def __repr__(self) -> str:

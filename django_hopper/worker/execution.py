@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections, connections
 
+from django_hopper import signals
 from django_hopper.context import JobContext, JobSnooze
 from django_hopper.engine.base import AttemptError, JobFinalize, RescueReason
 from django_hopper.exceptions import JobCanceled, JobFenced
@@ -146,6 +147,8 @@ def timed_out(job: JobRow, timeout: float, log: str | None = None) -> JobFinaliz
 
 def _json_error(output: Any) -> str | None:
     """Return why ``output`` cannot be stored as JSON, or None if it can."""
+    if output is None or type(output) in (str, int, bool):  # most jobs: nothing to check
+        return None
     try:
         json.dumps(output, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -171,8 +174,6 @@ def _call_args(job: JobRow) -> tuple[list[Any], dict[str, Any]]:
 
 def send_signal(name: str, sender: Any, **kwargs: Any) -> None:
     """Send ``django_hopper.signals.<name>``; log receiver errors instead of failing the job."""
-    from django_hopper import signals
-
     signal = getattr(signals, name)
     if not signal.receivers:  # the common case: nothing connected, nothing to build
         return
@@ -210,7 +211,7 @@ class Execution:
     #: Set once the attempt's result is decided (by the attempt, or by a timeout).
     settled: bool = False
     #: Set once the code of the attempt has returned (its thread or task ended).
-    done: threading.Event = field(default_factory=threading.Event)
+    returned: bool = False
     task: asyncio.Task[Any] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: The producer whose slot the attempt holds.
@@ -218,6 +219,29 @@ class Execution:
     #: What the attempt raised, if anything (for ``job_finished``).
     exception: BaseException | None = None
     _log: JobLogger | None = field(default=None, init=False, repr=False)
+    _done: threading.Event | None = field(default=None, init=False, repr=False)
+
+    @property
+    def done(self) -> threading.Event:
+        """Return an event set once the code of the attempt has returned.
+
+        Built on first use: only a caller that waits for a stray thread needs
+        one, and an Event costs a Condition per job.
+        """
+        with self.lock:
+            if self._done is None:
+                self._done = threading.Event()
+                if self.returned:
+                    self._done.set()
+            return self._done
+
+    def mark_returned(self) -> None:
+        """Record that the code of the attempt has returned (and wake whoever waits)."""
+        with self.lock:
+            self.returned = True
+            done = self._done
+        if done is not None:
+            done.set()
 
     @property
     def log(self) -> JobLogger:
@@ -346,15 +370,16 @@ class Executor:
                 self._loop.call_soon_threadsafe(task.cancel)
 
     def _finish(self, ex: Execution, result: JobFinalize) -> None:
-        ex.done.set()
-        send_signal(
-            "job_finished",
-            ex.fn,
-            job=ex.job,
-            state=result.state,
-            error=ex.exception,
-            output=result.output if result.state == "completed" else None,
-        )
+        ex.mark_returned()
+        if signals.job_finished.receivers:
+            send_signal(
+                "job_finished",
+                ex.fn,
+                job=ex.job,
+                state=result.state,
+                error=ex.exception,
+                output=result.output if result.state == "completed" else None,
+            )
         try:
             self.on_done(ex, result)
         except Exception:
@@ -372,7 +397,8 @@ class Executor:
         job, ctx = ex.job, ex.context
         args, kwargs = _call_args(job)
         try:
-            send_signal("job_started", ex.fn, job=job)
+            if signals.job_started.receivers:
+                send_signal("job_started", ex.fn, job=job)
             if ex.fn.takes_context:
                 output = ex.fn.func(ctx, *args, **kwargs)
             else:

@@ -299,6 +299,129 @@ claimed AS (
 )
 SELECT * FROM claimed ORDER BY priority DESC, scheduled_at, id
 
+-- name: job_claim.unlimited
+-- job_claim's unlimited path: the same gate (closed on a paused queue and on
+-- one with limits, so the worker switches paths), candidates, ordering-key
+-- heads and writes, without the partition-limit ranking it never needs. The
+-- engine writes %(limit)s in as a literal (jobs.py, _claim_sql) so that
+-- PostgreSQL settles on the generic plan by itself.
+WITH RECURSIVE
+gate AS (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM hopper_queue q
+        WHERE q.name = %(queue)s
+          AND (q.paused_at IS NOT NULL OR q.global_limit > 0 OR q.rate_per_sec > 0
+               OR q.partition_limit > 0)) AS open
+),
+due AS (
+    SELECT j.id, j.priority, j.scheduled_at, j.expires_at
+    FROM hopper_job j
+    WHERE j.queue = %(queue)s
+      AND j.state IN ('scheduled', 'retryable')
+      AND j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
+      AND j.ordering_key IS NULL
+      AND (SELECT open FROM gate)
+    ORDER BY j.scheduled_at
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+),
+avail AS (
+    SELECT j.id, j.priority, j.scheduled_at
+    FROM hopper_job j
+    WHERE j.queue = %(queue)s
+      AND j.state = 'available'
+      AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
+      AND j.ordering_key IS NULL
+      AND (SELECT open FROM gate)
+    ORDER BY j.priority DESC, j.scheduled_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+),
+okeys AS (
+    (SELECT j.ordering_key AS k
+     FROM hopper_job j
+     WHERE j.queue = %(queue)s AND j.ordering_key IS NOT NULL AND (SELECT open FROM gate)
+     ORDER BY j.ordering_key
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.ordering_key
+            FROM hopper_job j
+            WHERE j.queue = %(queue)s AND j.ordering_key > o.k
+            ORDER BY j.ordering_key
+            LIMIT 1)
+    FROM okeys o
+    WHERE o.k IS NOT NULL
+),
+heads AS (
+    SELECT h.id
+    FROM okeys o
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.state
+        FROM hopper_job j
+        WHERE j.queue = %(queue)s AND j.ordering_key = o.k AND j.state <> 'pending'
+        ORDER BY j.id
+        LIMIT 1
+    ) h
+    WHERE o.k IS NOT NULL
+      AND h.state <> 'running'
+      AND o.k NOT IN (SELECT r.ordering_key FROM hopper_job r
+                      WHERE r.state = 'running' AND r.queue = %(queue)s
+                        AND r.ordering_key IS NOT NULL)
+),
+keyed AS (
+    SELECT j.id, j.priority, j.scheduled_at
+    FROM heads h
+    JOIN hopper_job j ON j.id = h.id
+    WHERE (j.state = 'available'
+           OR (j.state IN ('scheduled', 'retryable')
+               AND (j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
+                    OR j.metadata ? '_hopper_wake')))
+      AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
+    ORDER BY j.priority DESC, j.scheduled_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE OF j SKIP LOCKED
+),
+picked AS (
+    SELECT u.id FROM (
+        SELECT a.id, a.priority, a.scheduled_at FROM avail a
+        UNION ALL
+        SELECT d.id, d.priority, d.scheduled_at FROM due d
+        WHERE d.expires_at IS NULL OR d.expires_at > coalesce(%(now)s::timestamptz, now())
+        UNION ALL
+        SELECT k.id, k.priority, k.scheduled_at FROM keyed k
+    ) u
+    ORDER BY u.priority DESC, u.scheduled_at, u.id
+    LIMIT %(limit)s
+),
+promoted AS (
+    UPDATE hopper_job j
+    SET state = 'available', snooze_reason = NULL
+    WHERE j.id = ANY (ARRAY(SELECT d.id FROM due d
+                            WHERE d.id NOT IN (SELECT p.id FROM picked p)))
+),
+claimed AS (
+    UPDATE hopper_job j
+    SET state = 'running',
+        attempt = j.attempt + 1,
+        fence = j.fence + 1,
+        attempted_at = coalesce(%(now)s::timestamptz, now()),
+        attempted_by = %(client_id)s,
+        snooze_reason = NULL,
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        lease_renewed_at = NULL,
+        metadata = CASE WHEN j.ordering_key IS NOT NULL AND j.metadata ? '_hopper_wake'
+                        THEN j.metadata - '_hopper_wake' ELSE j.metadata END
+    WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))
+    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
+        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
+        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
+        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
+        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
+       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+)
+SELECT * FROM claimed ORDER BY priority DESC, scheduled_at, id
+
 -- name: job_schedule
 -- Promote due scheduled/retryable jobs (the leader's sweep); returns how many
 -- and the queues that got them, to wake their workers.
