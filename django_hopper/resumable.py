@@ -25,8 +25,10 @@ How hopper maps it (docs/resumable.md):
 * a pass that returns not done *commits*: the cursor and counters become the
   job's progress and the ledger is dropped, in one transaction fenced to the
   claim; the job is then snoozed (its attempt given back) and the next pass
-  runs at once. A pass that returns done commits and completes the job with
-  ``{"cursor": ..., "counters": ...}`` as its output;
+  runs at once. A pass that returns done commits (its progress marked done)
+  and completes the job with ``{"cursor": ..., "counters": ...}`` as its
+  output; if its worker dies between the two, the next pass finds the mark and
+  completes the job with that output without running the pass function;
 * a pass that raises commits nothing of its own (cursor and counters stay as
   the last commit left them) and keeps the ledger; the job retries with
   backoff, and ``max_attempts`` counts consecutive failed passes, since a
@@ -82,12 +84,20 @@ class Pass:
     done: bool = False
 
 
-def stored_progress(cursor: JSON, counters: dict[str, int], passes: int) -> dict[str, Any]:
+def stored_progress(
+    cursor: JSON, counters: dict[str, int], passes: int, *, done: bool = False
+) -> dict[str, Any]:
     """Return the progress cursor a committed pass stores: the one place its shape is decided.
 
     Counters live inside the stored cursor so that one fenced write commits both.
+    ``done`` marks the commit of the finishing pass: the job's completion is a
+    later write, and a pass that runs again after a crash between the two must
+    find the run finished rather than walk the last chunk (and count it) twice.
     """
-    return {"cursor": cursor, "counters": dict(counters), "passes": passes}
+    stored: dict[str, Any] = {"cursor": cursor, "counters": dict(counters), "passes": passes}
+    if done:
+        stored["done"] = True
+    return stored
 
 
 def read_progress(stored: Any) -> tuple[JSON, dict[str, int], int]:
@@ -96,6 +106,16 @@ def read_progress(stored: Any) -> tuple[JSON, dict[str, int], int]:
         return None, {}, 0
     counters = stored.get("counters") or {}
     return stored.get("cursor"), dict(counters), int(stored.get("passes") or 0)
+
+
+def progress_done(stored: Any) -> bool:
+    """Return whether a job's stored progress is the commit of its finishing pass."""
+    return isinstance(stored, dict) and stored.get("done") is True
+
+
+def run_output(cursor: JSON, counters: dict[str, int]) -> dict[str, Any]:
+    """Return a finished run's output: the one place its shape is decided."""
+    return {"cursor": cursor, "counters": dict(counters)}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -126,9 +146,11 @@ class Run:
         self._engine = engine
         self._claim = claim
         progress = context.job.progress
-        self._cursor, self._counters, self._passes = read_progress(
-            progress.cursor if progress is not None else None
-        )
+        stored = progress.cursor if progress is not None else None
+        self._cursor, self._counters, self._passes = read_progress(stored)
+        #: The finishing pass already committed (its worker died before the job
+        #: completed): the run's output is stored, and no pass runs again.
+        self.finished = progress_done(stored)
         self._seen: set[str] = set()
 
     @property
@@ -163,10 +185,14 @@ class Run:
         return self._counters[name]
 
     def _ledger(self) -> LeaseStepContract:
+        return self._ledger_of(self._engine)
+
+    @staticmethod
+    def _ledger_of(engine: BaseEngine) -> LeaseStepContract:
         from django_hopper.engine.base import LeaseStepContract
 
-        assert isinstance(self._engine, LeaseStepContract)
-        return self._engine
+        assert isinstance(engine, LeaseStepContract)
+        return engine
 
     def step(self, name: str, fn: Callable[[], T], retry: int = 0) -> T:
         """Run ``fn`` once per run between commits, and return its result.
@@ -215,14 +241,16 @@ class Run:
     def commit(self, cursor: JSON, *, done: bool) -> dict[str, Any]:
         """Store the cursor and counters and drop the ledger, in one fenced transaction.
 
-        Raises JobFenced, writing nothing, if the claim lost the job. A pass
-        that is not the last also sets the attempt back, so that attempts count
-        consecutive failed passes.
+        Raises JobFenced, writing nothing, if the claim lost the job. The
+        attempt is set back, so that attempts count consecutive failed passes
+        (a finishing pass too: a crash before its completion lands must not
+        discard a finished run). A finishing pass's progress is marked done, so
+        a pass that runs again after such a crash returns the stored output.
         """
         from django_hopper.engine.base import JobRecordProgressParams, JobStepsClearParams
 
         value = validation.json_normalize(cursor, "cursor")
-        stored = stored_progress(value, self._counters, self._passes + 1)
+        stored = stored_progress(value, self._counters, self._passes + 1, done=done)
         c = self._claim
         with transaction.atomic(using=self._engine.alias):
             progress = self._engine.job_record_progress(
@@ -238,11 +266,10 @@ class Run:
             )
             if progress is None:
                 raise JobFenced(f"job {c.id} is no longer owned by this pass; nothing committed")
-            self._ledger().job_steps_clear(
-                JobStepsClearParams(reset_attempt=not done, **c.fields())
-            )
+            self._ledger().job_steps_clear(JobStepsClearParams(reset_attempt=True, **c.fields()))
         self._cursor, self._passes = value, self._passes + 1
-        return {"cursor": value, "counters": dict(self._counters)}
+        self.finished = done
+        return run_output(value, self._counters)
 
 
 def claim_of(context: JobContext) -> Claim:
@@ -273,6 +300,10 @@ def run_pass(
     from django_hopper.engine import get_engine
 
     run = Run(context, engine or get_engine(), claim_of(context))
+    if run.finished:
+        # The finishing pass committed but its worker died before the job
+        # completed: complete it now with what that pass stored.
+        return run_output(run.cursor, run.counters)
     outcome = pass_fn(run, *args, **kwargs)
     if outcome is None:
         outcome = Pass()
@@ -298,8 +329,13 @@ class _PassRunner:
         return run_pass(self.pass_fn, context, args, kwargs)
 
 
+#: The job lease of a pass driven by ID when ``@resumable`` names none.
+DEFAULT_LEASE = dt.timedelta(minutes=5)
+
+
 class ResumableJob(JobFunction[P, T], Generic[P, T]):
-    """A ``@resumable`` job: a JobFunction whose attempts are passes, plus ``start``."""
+    """A ``@resumable`` job: a JobFunction whose attempts are passes, plus ``start``
+    and ``drive``."""
 
     def __init__(
         self, func: Callable[P, T], *, lease: dt.timedelta | None = None, **kwargs: Any
@@ -308,14 +344,19 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
         self.__dict__["lease"] = lease
 
     @property
-    def pass_func(self) -> Callable[..., Pass | None]:
-        """Return the pass function as written (``func`` is its runner)."""
-        return self.func.pass_fn  # type: ignore[attr-defined,no-any-return]
+    def lease(self) -> dt.timedelta:
+        """Return the job lease a pass driven by ID holds (seed 004's per-pass lease)."""
+        return self.__dict__.get("lease") or DEFAULT_LEASE
 
     def _copy(self, changes: dict[str, Any], options: EnqueueOptions) -> JobFunction[P, T]:
         copy = super()._copy(changes, options)
         copy.__dict__["lease"] = self.__dict__.get("lease")
         return copy
+
+    @property
+    def pass_func(self) -> Callable[..., Pass | None]:
+        """Return the pass function as written (``func`` is its runner)."""
+        return self.func.pass_fn  # type: ignore[attr-defined,no-any-return]
 
     def start(self, *args: Any, instance: str, **kwargs: Any) -> JobHandle:
         """Start the run of ``instance``, or join the live one (``handle.duplicate``).
@@ -328,6 +369,54 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
                 f"instance must be a non-empty string, not {instance!r}", field="instance"
             )
         return self.using(unique_key=f"{self.kind}:{instance}").enqueue(*args, **kwargs)
+
+    def drive(self, job_id: JobID) -> str:
+        """Run one pass of the run ``job_id`` in this process, under a job lease.
+
+        For a run driven without a worker (a cron, a command, a request): the
+        pass claims the waiting run by ID (``job_claim_by_id``) with a lease of
+        ``lease``, every step boundary renews it, and every write, the result
+        included, is fenced to it; if this process dies, the leader's lease
+        expirer ends the attempt once the lease expires, so the next pass (by
+        a worker or another drive) takes over. Returns ``"next"`` (committed,
+        another pass is due), ``"done"`` or ``"failed"`` (the pass raised: it
+        is retried with backoff, or discarded when out of attempts). Raises
+        what the claim by ID raises for a run that is not waiting (running
+        elsewhere, finished, paused).
+        """
+        from django_hopper.engine import get_engine
+        from django_hopper.engine.base import JobClaimByIDParams, JobFinalizeParams
+        from django_hopper.worker.execution import _call_args, completed, failed, snoozed
+
+        engine = get_engine()
+        ledger = Run._ledger_of(engine)
+        current = engine.job_get(job_id)
+        if current is None:
+            from django_hopper.exceptions import NotFound
+
+            raise NotFound(f"no job {job_id}")
+        leased = ledger.job_claim_by_id(
+            JobClaimByIDParams(id=job_id, fence=current.fence, ttl=self.lease)
+        )
+        job = leased.job
+        context = JobContext(job, engine)
+        context.lease_token = leased.lease.token  # type: ignore[attr-defined]
+        args, kwargs = _call_args(job)
+        try:
+            output = run_pass(self.pass_func, context, args, kwargs, engine)
+        except JobSnooze as snooze:
+            result, outcome = snoozed(job, snooze), "next"
+        except JobFenced:
+            raise
+        except Exception as exc:
+            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            result, outcome = failed(job, error, traceback.format_exc()), "failed"
+        else:
+            result, outcome = completed(job, output, fn=self), "done"
+        result = dataclasses.replace(result, attempted_by=None, lease_token=leased.lease.token)
+        if not engine.job_finalize_many(JobFinalizeParams(jobs=[result])):
+            raise JobFenced(f"job {job_id}: the lease expired before the pass ended")
+        return outcome
 
 
 def resumable(
@@ -343,10 +432,10 @@ def resumable(
 ) -> Any:
     """Declare a resumable job whose function is a pass: ``fn(run, *args, **kwargs)``.
 
-    ``lease`` is the job lease's TTL for a run driven by ID (``job_claim_by_id``:
-    a :class:`Run` built on a context carrying ``lease_token`` fences every write
-    to the lease and renews it at each step boundary); a worker's claim is held
-    by its client lease instead. ``max_attempts`` bounds consecutive failed passes.
+    ``lease`` is the job lease's TTL (default 5 minutes) of a pass driven by ID
+    (:meth:`ResumableJob.drive`): every write of the pass is fenced to that
+    lease, and each step boundary renews it. A worker's claim is held by its
+    client lease instead. ``max_attempts`` bounds consecutive failed passes.
     """
     from django_hopper import jobs
 

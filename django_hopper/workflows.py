@@ -153,6 +153,17 @@ class Workflow:
         deps: dict[int, Node] = {n.index: n for n in [self._resolve(a, "after") for a in after]}
         deps.update({n.index: n for n in read_nodes})
         read_ix = {n.index for n in read_nodes}
+        if not isinstance(on_failure, str):
+            # A key naming no dependency would be ignored, and the edge it
+            # meant to set would silently cancel instead.
+            dep_steps = {d.step for d in deps.values() if d.step}
+            for key in on_failure:
+                if key not in dep_steps:
+                    raise InvalidJob(
+                        f"step {step or index}: on_failure names {key!r}, which is not one "
+                        f"of its dependencies ({', '.join(sorted(dep_steps)) or 'none named'})",
+                        field="on_failure",
+                    )
         node = Node(self, index, step, params)
         for dep in deps.values():
             if isinstance(on_failure, str):

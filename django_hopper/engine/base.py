@@ -793,6 +793,13 @@ class HistoryMaintainResult:
     kept: list[str] = field(default_factory=list)
     #: Jobs deleted individually, outside partition drops.
     pruned: int = 0
+    #: What the jobs gone from live and history leave behind, deleted in
+    #: bounded chunks after the prune: completed batches none of whose jobs
+    #: or callbacks remain live or in history (callbacks: live), workflow
+    #: edges whose dependent is gone, and step-ledger rows whose job is gone.
+    batches_deleted: int = 0
+    edges_deleted: int = 0
+    steps_deleted: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -1192,6 +1199,22 @@ def validate_workflow(params: WorkflowInsertParams) -> None:
         raise InvalidJob(
             f"the workflow's dependencies form a cycle through {', '.join(cycle[:10])}",
             field="deps",
+        )
+
+
+def check_batch_job(p: JobInsertParams) -> None:
+    """Refuse a batch job with a unique key: the one rule, at every engine's insert.
+
+    A duplicate is skipped (the insert returns the job holding the key), so the
+    batch would wait forever for a job that was never inserted into it.
+    """
+    from django_hopper.exceptions import InvalidJob
+
+    if p.batch_id is not None and p.unique_key is not None:
+        raise InvalidJob(
+            f"a job of batch {p.batch_id} cannot have a unique key ({p.unique_key!r}): a "
+            "skipped duplicate would never finish the batch",
+            field="unique_key",
         )
 
 

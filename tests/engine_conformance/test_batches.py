@@ -65,6 +65,22 @@ def test_batch_insert__refuses_a_negative_total_writing_nothing(engine: BaseEngi
     assert Batch.objects.count() == 0
 
 
+def test_job_insert_many__refuses_a_batch_job_with_a_unique_key_writing_nothing(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    batch_id, _ = make_batch(engine, db_now, 0)
+    params = [
+        JobInsertParams(kind="tests.job", queue="bq", batch_id=batch_id),
+        JobInsertParams(kind="tests.job", queue="bq", batch_id=batch_id, unique_key="k"),
+    ]
+
+    with pytest.raises(InvalidJob, match="cannot have a unique key") as refused:
+        insert_many(engine, params, db_now)
+
+    assert refused.value.field == "unique_key"
+    assert engine.job_list(JobListParams(queue="bq", limit=10)) == []
+
+
 def test_batch_get__unknown_batch_is_none(engine: BaseEngine) -> None:
     assert engine.batch_get(uuid.uuid4()) is None
 

@@ -186,3 +186,101 @@ def test_resumable__arguments_must_be_json(engine: BaseEngine) -> None:
 
     with pytest.raises(InvalidJob):
         walk.start(n=object(), instance="bad")
+
+
+def test_resumable__a_crash_after_the_finishing_commit_repeats_no_step_and_no_count(
+    engine: BaseEngine, client_id: int
+) -> None:
+    handle = walk.start(n=2, instance="crash-done")
+    assert one_pass(engine, client_id) == "next"
+    CALLS.clear()
+    # The last pass commits (progress marked done, ledger dropped), then its
+    # worker dies before the completion lands: the rescue ends the attempt.
+    (job,) = engine.job_claim(JobClaimParams(queue="rs", client_id=client_id, limit=1)).jobs
+    args, kwargs = _call_args(job)
+    output = resolve(job.kind).func(JobContext(job, engine), *args, **kwargs)
+    assert CALLS == ["1:s1", "1:s2", "1:s3"]
+    engine.job_finalize_many(JobFinalizeParams(jobs=[failed(job, "worker died")]))
+    assert handle.refresh().state == "retryable"
+    CALLS.clear()
+
+    assert one_pass(engine, client_id, now=engine.now() + HOUR) == "done"
+
+    assert CALLS == []  # no step of the finished pass ran again
+    done = handle.refresh()
+    assert done.state == "completed"
+    assert done.output == output == {"cursor": 1, "counters": {"items": 2, "tuples_are_lists": 2}}
+    assert steps_of(engine, done.id) == []
+
+
+LEASES: list[dt.timedelta] = []
+
+
+class Died(BaseException):
+    """The driving process dies mid-pass: nothing of hopper's runs after it."""
+
+
+@resumable(queue="rs-lease", lease=90)
+def leased(run: Run, n: int, die_at: int | None = None) -> Pass:
+    """Records the lease it runs under; dies after its first step when told to."""
+    from django_hopper.engine import get_engine
+
+    i = run.cursor or 0
+    run.step("a", lambda: CALLS.append(f"{i}:a"))
+    engine = get_engine()
+    job = engine.job_get(run.job_id)
+    assert job is not None and job.lease_expires_at is not None
+    LEASES.append(job.lease_expires_at - engine.now())  # renewed by the step just taken
+    if die_at == i and not CRASHED:
+        CRASHED.append(i)
+        raise Died
+    run.step("b", lambda: CALLS.append(f"{i}:b"))
+    run.count("items")
+    return Pass(done=True) if i + 1 >= n else Pass(cursor=i + 1)
+
+
+def test_resumable__drive_runs_each_pass_under_a_job_lease_of_the_declared_ttl(
+    engine: BaseEngine,
+) -> None:
+    LEASES.clear()
+    handle = leased.start(n=2, instance="lease")
+
+    assert leased.drive(handle.id) == "next"
+    assert handle.refresh().state == "scheduled"  # committed: the next pass is due
+    assert leased.drive(handle.id) == "done"
+
+    assert len(LEASES) == 2
+    assert all(dt.timedelta(seconds=80) < left <= dt.timedelta(seconds=90) for left in LEASES)
+    done = handle.refresh()
+    assert done.state == "completed" and done.output == {"cursor": 1, "counters": {"items": 2}}
+    assert CALLS == ["0:a", "0:b", "1:a", "1:b"]
+
+
+def test_resumable__a_driven_pass_that_died_is_taken_over_once_its_lease_expires(
+    engine: BaseEngine, client_id: int
+) -> None:
+    from django_hopper.engine.base import JobExpireLeasesParams
+
+    handle = leased.start(n=1, die_at=0, instance="died")
+    with pytest.raises(Died):
+        leased.drive(handle.id)
+    assert handle.refresh().state == "running"
+
+    assert isinstance(engine, LeaseStepContract)
+    (expired,) = engine.job_expire_leases(
+        JobExpireLeasesParams(
+            limit=10, client_id=client_id, now=engine.now() + dt.timedelta(minutes=10)
+        )
+    )
+    assert expired.state == "retryable"
+    CALLS.clear()
+
+    assert leased.drive(handle.id) == "done"
+    assert CALLS == ["0:b"]  # step a was memoized under the dead pass's lease
+
+
+def test_resumable__lease_must_be_a_positive_duration() -> None:
+    from django_hopper.exceptions import InvalidJob
+
+    with pytest.raises(InvalidJob, match="lease"):
+        resumable(lease=0, kind="tests.bad_lease")

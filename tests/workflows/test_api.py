@@ -70,6 +70,18 @@ def test_workflow__an_empty_workflow_is_refused(engine: BaseEngine) -> None:
         Workflow("empty").enqueue()
 
 
+def test_workflow__an_on_failure_key_that_is_not_a_dependency_is_refused(
+    engine: BaseEngine,
+) -> None:
+    wf = Workflow("keys")
+    fetch = wf.add(jobs.wf_step, "fetch", step="fetch")
+    wf.add(jobs.wf_step, "other", step="other")
+
+    with pytest.raises(InvalidJob, match="'other', which is not one of its dependencies"):
+        wf.add(jobs.wf_step, "x", after=[fetch], on_failure={"fetch": "run", "other": "run"})
+    wf.add(jobs.wf_step, "x", after=[fetch], on_failure={"fetch": "run"})  # a dependency: fine
+
+
 def test_get_workflow__unknown_id_is_not_found(engine: BaseEngine) -> None:
     with pytest.raises(NotFound):
         get_workflow("01900000-0000-7000-8000-000000000000")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import re
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import Any, TypeVar
+
+from django.db import transaction
 
 from django_hopper.engine.base import (
     BatchInsertParams,
@@ -18,9 +22,52 @@ from django_hopper.engine.base import (
     callbacks_of,
 )
 from django_hopper.engine.postgres import convert
-from django_hopper.engine.postgres.support import PostgresSupport, db_errors
-from django_hopper.exceptions import InvalidJob
+from django_hopper.engine.postgres.support import QUERIES, PostgresSupport, db_errors
+from django_hopper.exceptions import InvalidJob, JobLocked
 from django_hopper.ids import new_id
+
+T = TypeVar("T")
+_FOR_UPDATE = re.compile(r"FOR UPDATE(?: OF \w+)?")
+
+#: How long settling or promoting named jobs waits for a row another
+#: transaction holds (seed: "waiting briefly ... one it cannot get is left for
+#: the sweep"). Settles and promotions hold their rows for milliseconds; a
+#: longer hold is a caller's transaction (a cancel inside a long atomic()),
+#: which must not stall the workers finishing sibling jobs.
+BRIEF_LOCK_TIMEOUT = "100ms"
+
+
+@cache
+def skip_locked(name: str) -> str:
+    """Return the named statement with its one row lock taken SKIP LOCKED.
+
+    The waiting and the skipping forms are one statement, written once in the
+    .sql file (with a plain ``FOR UPDATE``), so they cannot drift apart.
+    """
+    sql, n = _FOR_UPDATE.subn(r"\g<0> SKIP LOCKED", QUERIES[name])
+    if n != 1:  # pragma: no cover - a query edit that breaks the rule
+        raise AssertionError(f"{name} must lock with exactly one FOR UPDATE")
+    return sql
+
+
+def wait_briefly(engine: PostgresSupport, work: Callable[[bool], T]) -> T:
+    """Run ``work(False)`` waiting at most BRIEF_LOCK_TIMEOUT for each row lock.
+
+    It runs in a savepoint (its own transaction outside one) with a local
+    lock timeout, restored afterwards so the caller's transaction keeps its
+    own. If a lock times out, everything it did is rolled back and
+    ``work(True)`` runs with SKIP LOCKED: what it cannot lock is left to the
+    leader's sweep.
+    """
+    try:
+        with transaction.atomic(using=engine.alias):
+            row = engine._fetchone("batch_settle.lock_timeout", {"value": BRIEF_LOCK_TIMEOUT})
+            assert row is not None
+            out = work(False)
+            engine._fetchone("batch_settle.lock_timeout_restore", {"value": row[0]})
+            return out
+    except JobLocked:
+        return work(True)
 
 
 def batch_from_row(r: Sequence[Any]) -> BatchRow:
@@ -85,8 +132,12 @@ class BatchesMixin(PostgresSupport, BatchWorkflowContract):
         result = BatchSettleResult()
         with db_errors(), self._atomic():
             if params.ids is not None:
-                rows = self._fetchall(
-                    "batch_settle", {"ids": sorted(set(params.ids)), "now": params.now}
+                values = {"ids": sorted(set(params.ids)), "now": params.now}
+                rows = wait_briefly(
+                    self,
+                    lambda skip: self._fetchall(
+                        "batch_settle", values, skip_locked("batch_settle") if skip else None
+                    ),
                 )
             else:
                 rows = self._fetchall(

@@ -190,6 +190,8 @@ class PostgresHistoryMixin(PostgresSupport, PeriodicHistoryContract):
             self._drop_expired(now, params, lock, parts, result)
         if params.prune:
             self._prune(now, params, result)
+            if not params.dry_run:
+                self._prune_orphans(params, result)
         return result
 
     def _create_ahead(
@@ -305,6 +307,26 @@ class PostgresHistoryMixin(PostgresSupport, PeriodicHistoryContract):
             result.pruned += deleted
             if deleted < args["limit"]:
                 break
+
+    def _prune_orphans(self, params: HistoryMaintainParams, result: HistoryMaintainResult) -> None:
+        """Delete what gone jobs leave behind (batches, edges, step ledgers) in chunks.
+
+        Nothing else ever deletes these rows, so without this a deployment
+        would grow them for as long as it runs. Each chunk is its own
+        statement (its own transaction outside one).
+        """
+        limit = max(params.chunk_size, 1)
+        for name, field in (
+            ("orphan_batches", "batches_deleted"),
+            ("orphan_edges", "edges_deleted"),
+            ("orphan_steps", "steps_deleted"),
+        ):
+            for _ in range(max(params.max_chunks, 1)):
+                with self._atomic():
+                    deleted = self._execute(f"history_maintain.{name}", {"limit": limit})
+                setattr(result, field, getattr(result, field) + deleted)
+                if deleted < limit:
+                    break
 
     # -- indexes ------------------------------------------------------------
 

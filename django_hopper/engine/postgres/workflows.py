@@ -31,7 +31,12 @@ from django_hopper.engine.base import (
     validate_workflow,
 )
 from django_hopper.engine.postgres import convert
-from django_hopper.engine.postgres.batches import batch_from_row, check_callbacks
+from django_hopper.engine.postgres.batches import (
+    batch_from_row,
+    check_callbacks,
+    skip_locked,
+    wait_briefly,
+)
 from django_hopper.engine.postgres.convert import job_from_row
 from django_hopper.engine.postgres.support import PostgresSupport, db_errors
 from django_hopper.exceptions import DatabaseError, InvalidJob
@@ -113,33 +118,41 @@ class WorkflowsMixin(PostgresSupport, BatchWorkflowContract):
             return WorkflowPromoteResult()
         if not isinstance(params.limit, int) or params.limit <= 0:
             raise InvalidJob(f"limit must be a positive integer, not {params.limit!r}")
+        with db_errors(), self._atomic():
+            if params.depends_on is None:
+                return self._promote(params, skip=True)
+            return wait_briefly(self, lambda skip: self._promote(params, skip=skip))
+
+    def _promote(self, params: WorkflowPromoteParams, *, skip: bool) -> WorkflowPromoteResult:
+        """Run the promotion and its cascade, skipping locked candidates with ``skip``."""
         result = WorkflowPromoteResult()
         depends_on = None if params.depends_on is None else list(params.depends_on)
         batches: set[JobID] = set()
         first = True
-        with db_errors(), self._atomic():
-            while first or depends_on:
-                row = self._fetchone(
-                    "workflow_promote_ready",
-                    {
-                        "depends_on": depends_on,
-                        "after": params.after if first else None,
-                        "limit": params.limit,
-                        "now": params.now,
-                        "insert_channel": CHANNEL_INSERT,
-                        "done_channel": CHANNEL_DONE,
-                    },
-                )
-                assert row is not None
-                promoted, scanned, last, gone, gone_batches, _ = row
-                result.promoted += int(promoted)
-                result.failed += len(gone)
-                if first and params.depends_on is None:
-                    result.scanned, result.last = int(scanned), last
-                batches.update(gone_batches)
-                first = False
-                # A failed job's own dependents are next (the cascade).
-                depends_on = list(gone) or None
+        sql = skip_locked("workflow_promote_ready") if skip else None
+        while first or depends_on:
+            row = self._fetchone(
+                "workflow_promote_ready",
+                {
+                    "depends_on": depends_on,
+                    "after": params.after if first else None,
+                    "limit": params.limit,
+                    "now": params.now,
+                    "insert_channel": CHANNEL_INSERT,
+                    "done_channel": CHANNEL_DONE,
+                },
+                sql,
+            )
+            assert row is not None
+            promoted, scanned, last, gone, gone_batches, _ = row
+            result.promoted += int(promoted)
+            result.failed += len(gone)
+            if first and params.depends_on is None:
+                result.scanned, result.last = int(scanned), last
+            batches.update(gone_batches)
+            first = False
+            # A failed job's own dependents are next (the cascade).
+            depends_on = list(gone) or None
         result.batches = sorted(batches)
         return result
 

@@ -61,7 +61,34 @@ class SQLiteHistoryMixin(SQLiteSupport, PeriodicHistoryContract):
             result.pruned += deleted
             if deleted < chunk:
                 break
+        self._prune_orphans(chunk, max(params.max_chunks, 1), result)
         return result
+
+    def _prune_orphans(self, chunk: int, chunks: int, result: HistoryMaintainResult) -> None:
+        """Delete what gone jobs leave behind (batches, edges, step ledgers) in chunks.
+
+        Nothing else ever deletes these rows, so without this a deployment
+        would grow them for as long as it runs. Each chunk is its own short
+        write transaction, as the prune's are.
+        """
+        for _ in range(chunks):
+            with self._atomic(), self._cursor() as cursor:
+                cursor.execute(Q["history_maintain.orphan_batches"], {"limit": chunk})
+                ids = json.dumps([row[0] for row in cursor.fetchall()])
+                cursor.execute(Q["history_maintain.orphan_batches_progress"], {"ids": ids})
+                cursor.execute(Q["history_maintain.orphan_batches_delete"], {"ids": ids})
+                deleted = int(cursor.rowcount)
+            result.batches_deleted += deleted
+            if deleted < chunk:
+                break
+        for name, field in (("orphan_edges", "edges_deleted"), ("orphan_steps", "steps_deleted")):
+            for _ in range(chunks):
+                with self._atomic(), self._cursor() as cursor:
+                    cursor.execute(Q[f"history_maintain.{name}"], {"limit": chunk})
+                    deleted = int(cursor.rowcount)
+                setattr(result, field, getattr(result, field) + deleted)
+                if deleted < chunk:
+                    break
 
     @translate_errors
     def history_partitions(self) -> list[HistoryPartitionRow]:

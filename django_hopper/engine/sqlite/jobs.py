@@ -40,6 +40,7 @@ from django_hopper.engine.base import (
     JobScheduleParams,
     Progress,
     RescueCandidate,
+    check_batch_job,
 )
 from django_hopper.engine.sqlite.convert import (
     db_time,
@@ -99,6 +100,7 @@ def _check_insert(p: JobInsertParams) -> None:
                 f"unique_finished holds {state!r}, which is not a finished state",
                 field="unique_finished",
             )
+    check_batch_job(p)
 
 
 def inserted_row(

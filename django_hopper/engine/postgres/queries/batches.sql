@@ -14,8 +14,10 @@ VALUES (%(id)s::uuid, %(name)s, %(is_workflow)s, %(total)s, %(total)s, 0, NULL,
 RETURNING created_at
 
 -- name: batch_settle
--- Settle the named batches: lock each open one (waiting for a settle that holds
--- it: settles are short), fold its progress rows
+-- Settle the named batches: lock each open one (waiting briefly for a settle
+-- that holds it: settles are short; batches.py bounds the wait with
+-- batch_settle.lock_timeout and, past it, runs this statement again with SKIP
+-- LOCKED, leaving what it cannot lock to the sweep), fold its progress rows
 -- and complete it when nothing is pending. Returns the batches folded.
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 target AS (
@@ -44,6 +46,15 @@ updated AS (
               b.on_failure, b.on_complete
 )
 SELECT * FROM updated ORDER BY id
+
+-- name: batch_settle.lock_timeout
+-- Bound the row-lock waits of what follows in this transaction (or savepoint);
+-- return the value it replaces, which batch_settle.lock_timeout_restore puts back.
+WITH previous AS MATERIALIZED (SELECT current_setting('lock_timeout') AS value)
+SELECT p.value, set_config('lock_timeout', %(value)s, true) FROM previous p
+
+-- name: batch_settle.lock_timeout_restore
+SELECT set_config('lock_timeout', %(value)s, true)
 
 -- name: batch_settle.sweep
 -- The leader's sweep: open batches after %(after)s with progress (or nothing

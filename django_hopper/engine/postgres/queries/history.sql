@@ -80,6 +80,50 @@ SELECT count(*) FROM (
        AND h.tableoid::regclass::text <> ALL (%(skip)s::text[])
      LIMIT %(limit)s) AS s;
 
+-- name: history_maintain.orphan_batches
+-- One bounded chunk of completed batches that nothing refers to any more: no
+-- job of theirs is live or in history, and no callback of theirs (metadata
+-- batch_id) is live, so no get_batch from a callback can miss them. Their
+-- leftover progress rows go with them. Rows another transaction holds wait
+-- for the next pass.
+WITH doomed AS (
+    SELECT b.id
+      FROM hopper_batch b
+     WHERE b.completed_at IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM hopper_job j WHERE j.batch_id = b.id)
+       AND NOT EXISTS (SELECT 1 FROM hopper_job_history h WHERE h.batch_id = b.id)
+       AND NOT EXISTS (SELECT 1 FROM hopper_job j WHERE j.metadata->>'batch_id' = b.id::text)
+     ORDER BY b.id
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), progress AS (
+    DELETE FROM hopper_batch_progress p USING doomed d WHERE p.batch_id = d.id
+)
+DELETE FROM hopper_batch b USING doomed d WHERE b.id = d.id;
+
+-- name: history_maintain.orphan_edges
+-- One bounded chunk of workflow edges whose dependent is gone from live and
+-- history: nothing promotes or shows it again.
+DELETE FROM hopper_job_dependency d
+ WHERE d.id IN (
+    SELECT x.id
+      FROM hopper_job_dependency x
+     WHERE NOT EXISTS (SELECT 1 FROM hopper_job j WHERE j.id = x.job_id)
+       AND NOT EXISTS (SELECT 1 FROM hopper_job_history h WHERE h.id = x.job_id)
+     LIMIT %(limit)s);
+
+-- name: history_maintain.orphan_steps
+-- One bounded chunk of step-ledger rows whose job is gone from live and
+-- history (a discarded or canceled run keeps its ledger as evidence only as
+-- long as the run itself is kept).
+DELETE FROM hopper_job_step s
+ WHERE s.id IN (
+    SELECT x.id
+      FROM hopper_job_step x
+     WHERE NOT EXISTS (SELECT 1 FROM hopper_job j WHERE j.id = x.job_id)
+       AND NOT EXISTS (SELECT 1 FROM hopper_job_history h WHERE h.id = x.job_id)
+     LIMIT %(limit)s);
+
 -- name: history_partitions
 SELECT c.relname,
        pg_get_expr(c.relpartbound, c.oid),

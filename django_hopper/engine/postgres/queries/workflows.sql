@@ -95,6 +95,11 @@ ORDER BY d.id
 -- wins) or discarded, recording their batch progress and dependency results
 -- as a finalize does. Returns counts, the sweep's last ID, and the jobs that
 -- failed (whose own dependents the engine considers next).
+-- The candidates' lock waits: for named jobs, two dependencies finalized at
+-- once by two transactions must not each skip the join the other one holds,
+-- or it stays pending until the sweep. workflows.py bounds that wait
+-- (batch_settle.lock_timeout) and, past it, runs this statement with SKIP
+-- LOCKED, as the sweep always does.
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 cand AS (
     SELECT j.id
@@ -107,7 +112,7 @@ cand AS (
                     AND (%(after)s::uuid IS NULL OR j.id > %(after)s::uuid) END
     ORDER BY j.id
     LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED
+    FOR UPDATE OF j
 ),
 ready AS (
     SELECT c.id,

@@ -22,6 +22,51 @@ SELECT count(*) FROM (
         OR (state IN ('canceled', 'discarded') AND finalized_at < %(failed_before)s)
      LIMIT %(limit)s);
 
+-- name: history_maintain.orphan_batches
+-- One bounded chunk of completed batches that nothing refers to any more: no
+-- job of theirs is live or in history, and no callback of theirs (metadata
+-- batch_id, text with dashes; IDs are stored as 32 hex digits here) is live,
+-- so no get_batch from a callback can miss them.
+SELECT b.id
+  FROM hopper_batch b
+ WHERE b.completed_at IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM hopper_job j WHERE j.batch_id = b.id)
+   AND NOT EXISTS (SELECT 1 FROM hopper_job_history h WHERE h.batch_id = b.id)
+   AND NOT EXISTS (SELECT 1 FROM hopper_job j
+                    WHERE replace(json_extract(j.metadata, '$.batch_id'), '-', '') = b.id)
+ ORDER BY b.id
+ LIMIT %(limit)s;
+
+-- name: history_maintain.orphan_batches_progress
+-- Their leftover progress rows go with them.
+DELETE FROM hopper_batch_progress WHERE batch_id IN (SELECT value FROM json_each(%(ids)s));
+
+-- name: history_maintain.orphan_batches_delete
+DELETE FROM hopper_batch WHERE id IN (SELECT value FROM json_each(%(ids)s));
+
+-- name: history_maintain.orphan_edges
+-- One bounded chunk of workflow edges whose dependent is gone from live and
+-- history: nothing promotes or shows it again.
+DELETE FROM hopper_job_dependency
+ WHERE id IN (
+    SELECT x.id
+      FROM hopper_job_dependency x
+     WHERE NOT EXISTS (SELECT 1 FROM hopper_job j WHERE j.id = x.job_id)
+       AND NOT EXISTS (SELECT 1 FROM hopper_job_history h WHERE h.id = x.job_id)
+     LIMIT %(limit)s);
+
+-- name: history_maintain.orphan_steps
+-- One bounded chunk of step-ledger rows whose job is gone from live and
+-- history (a discarded or canceled run keeps its ledger as evidence only as
+-- long as the run itself is kept).
+DELETE FROM hopper_job_step
+ WHERE id IN (
+    SELECT x.id
+      FROM hopper_job_step x
+     WHERE NOT EXISTS (SELECT 1 FROM hopper_job j WHERE j.id = x.job_id)
+       AND NOT EXISTS (SELECT 1 FROM hopper_job_history h WHERE h.id = x.job_id)
+     LIMIT %(limit)s);
+
 -- name: history_partitions
 -- History is one table here: how many rows it holds, for hopper_partitions.
 SELECT count(*) FROM hopper_job_history;
