@@ -100,6 +100,19 @@ def read_status(pid: int) -> dict[str, int]:
     return out
 
 
+def _bench_client(engine: Any) -> int:
+    """Register a client with a live lease for a probe (a claim needs one).
+
+    Left to expire: the probes roll back their claims, so it owns nothing,
+    and the next measurement's reset truncates it.
+    """
+    from django_hopper.engine.base import ClientRegisterParams
+
+    return engine.client_register(
+        ClientRegisterParams(hostname="bench-probe", ttl=dt.timedelta(hours=6))
+    )
+
+
 class Children:
     """Worker subprocesses, reaped with ``wait4`` so each one's own rusage is read exactly."""
 
@@ -544,7 +557,7 @@ class Suite:
         from django_hopper.engine.base import JobClaimParams
 
         engine = get_engine()
-        params = JobClaimParams(queue="bench", client_id=0, limit=10)
+        params = JobClaimParams(queue="bench", client_id=_bench_client(engine), limit=10)
         sent: list[tuple[str, Any]] = []
 
         def capture(execute: Any, sql: str, values: Any, many: bool, context: Any) -> Any:
@@ -600,6 +613,7 @@ class Suite:
         from django_hopper.engine.base import JobClaimParams, JobFinalize, JobFinalizeParams
 
         engine = get_engine()
+        claim_params = JobClaimParams(queue="bench", client_id=_bench_client(engine), limit=10)
         plan: list[str] = []
 
         def explain(execute: Any, sql: str, values: Any, many: bool, context: Any) -> Any:
@@ -615,7 +629,7 @@ class Suite:
         try:
             for i in range(rounds):
                 with transaction.atomic():
-                    jobs = engine.job_claim(JobClaimParams(queue="bench", client_id=0, limit=10))
+                    jobs = engine.job_claim(claim_params)
                     results = [
                         JobFinalize(id=j.id, attempted_by=0, fence=j.fence, state="completed")
                         for j in jobs.jobs

@@ -16,6 +16,7 @@ from tests.engine_conformance.support import (
     get,
     insert,
     insert_many,
+    register,
     result,
 )
 from tests.factories import JobFactory, QueueFactory
@@ -263,6 +264,36 @@ def test_claim__clears_the_snooze_reason(
 
     assert again.snooze_reason is None
     assert get(engine, again).snooze_reason is None
+
+
+def test_claim__a_client_whose_lease_expired_claims_nothing(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    expiring = register(engine, db_now, ttl=MINUTE)
+    job = insert(engine, db_now)
+
+    assert claim(engine, expiring, db_now + 2 * MINUTE) == []  # the rescue may own its jobs
+    assert get(engine, job).state == "available"
+    assert [
+        j.id for j in claim(engine, register(engine, db_now + 2 * MINUTE), db_now + 2 * MINUTE)
+    ] == [job.id]
+
+
+def test_claim__an_unknown_client_claims_nothing(engine: BaseEngine, db_now: dt.datetime) -> None:
+    insert(engine, db_now)
+
+    assert claim(engine, 987_654_321, db_now) == []
+
+
+def test_claim__a_due_job_of_higher_priority_comes_before_an_earlier_due_one(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    low = insert(engine, db_now, scheduled_at=db_now + MINUTE)
+    high = insert(engine, db_now, scheduled_at=db_now + 2 * MINUTE, priority=10)
+
+    (first,) = claim(engine, client_id, db_now + 5 * MINUTE, limit=1)
+    assert first.id == high.id
+    assert [j.id for j in claim(engine, client_id, db_now + 5 * MINUTE)] == [low.id]
 
 
 def test_claim__claims_a_factory_snoozed_job_once_due_and_clears_its_reason(

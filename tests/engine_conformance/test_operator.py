@@ -503,7 +503,8 @@ def test_rescue_candidates__an_expired_client_wins_over_stuck(
 def test_rescue_candidates__oldest_claim_first_up_to_limit(
     engine: BaseEngine, db_now: dt.datetime
 ) -> None:
-    short = register(engine, db_now - HOUR, ttl=MINUTE)
+    # Live while it claims (a claim needs a live lease), expired 30 s before db_now.
+    short = register(engine, db_now - HOUR, ttl=HOUR - MINUTE / 2)
     newer = running(engine, short, db_now - 2 * MINUTE)
     older = running(engine, short, db_now - 5 * MINUTE)
     newest = running(engine, short, db_now - MINUTE)

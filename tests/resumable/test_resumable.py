@@ -71,7 +71,7 @@ def _reset() -> None:
 
 @pytest.fixture
 def client_id(engine: BaseEngine) -> int:
-    return engine.client_register(ClientRegisterParams(hostname="t", ttl=HOUR))
+    return engine.client_register(ClientRegisterParams(hostname="t", ttl=100 * HOUR))
 
 
 def one_pass(engine: BaseEngine, client_id: int, now: dt.datetime | None = None) -> str:

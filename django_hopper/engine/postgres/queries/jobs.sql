@@ -148,12 +148,14 @@ COPY hopper_job (id, kind, queue, state, priority, attempt, max_attempts, schedu
 FROM STDIN (FORMAT BINARY)
 
 -- name: job_claim
--- One statement. `due` locks plain scheduled/retryable jobs whose time has come
--- (index hopper_job_due), `avail` the best plain available ones (index
--- hopper_job_claim); the best `limit` of both are claimed, and the due ones
--- not claimed are promoted to available. A paused queue yields nothing (and,
--- on the unlimited path, a queue with limits): the uncorrelated NOT EXISTS is
--- one primary-key probe, evaluated once, no lock.
+-- One statement. `due` locks the best plain scheduled/retryable jobs whose
+-- time has come (index hopper_job_due; sorted in claim order, since a later
+-- due job may have the higher priority), `avail` the best plain available
+-- ones (index hopper_job_claim); the best `limit` of both are claimed, and the
+-- due ones not claimed are promoted to available. A paused queue yields
+-- nothing (and, on the unlimited path, a queue with limits), and so does a
+-- client whose lease has expired: the rescue may already own what it would
+-- claim. The uncorrelated gate is two primary-key probes, evaluated once, no lock.
 -- Ordering keys (docs/queue-controls.md): only the head of a key (its oldest
 -- live job that is not pending) is a candidate, and only while no job of the
 -- key runs. `okeys` walks the distinct keys of the queue by a skip scan of
@@ -173,7 +175,10 @@ gate AS (
         WHERE q.name = %(queue)s
           AND (q.paused_at IS NOT NULL
                OR (NOT %(limited)s AND (q.global_limit > 0 OR q.rate_per_sec > 0
-                                        OR q.partition_limit > 0)))) AS open
+                                        OR q.partition_limit > 0))))
+        AND EXISTS (SELECT 1 FROM hopper_client c
+                    WHERE c.id = %(client_id)s
+                      AND c.expires_at > coalesce(%(now)s::timestamptz, now())) AS open
 ),
 due AS (
     SELECT j.id, j.priority, j.scheduled_at, j.expires_at, j.partition_key
@@ -183,7 +188,7 @@ due AS (
       AND j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
       AND j.ordering_key IS NULL
       AND (SELECT open FROM gate)
-    ORDER BY j.scheduled_at
+    ORDER BY j.priority DESC, j.scheduled_at, j.id
     LIMIT %(scan)s
     FOR UPDATE OF j SKIP LOCKED
 ),
@@ -311,7 +316,10 @@ gate AS (
         SELECT 1 FROM hopper_queue q
         WHERE q.name = %(queue)s
           AND (q.paused_at IS NOT NULL OR q.global_limit > 0 OR q.rate_per_sec > 0
-               OR q.partition_limit > 0)) AS open
+               OR q.partition_limit > 0))
+        AND EXISTS (SELECT 1 FROM hopper_client c
+                    WHERE c.id = %(client_id)s
+                      AND c.expires_at > coalesce(%(now)s::timestamptz, now())) AS open
 ),
 due AS (
     SELECT j.id, j.priority, j.scheduled_at, j.expires_at
@@ -321,7 +329,7 @@ due AS (
       AND j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
       AND j.ordering_key IS NULL
       AND (SELECT open FROM gate)
-    ORDER BY j.scheduled_at
+    ORDER BY j.priority DESC, j.scheduled_at, j.id
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
 ),

@@ -93,7 +93,8 @@ WHERE queue = %(queue)s
 
 -- name: job_claim
 -- The claim itself: the best claimable jobs of the queue, unless it is paused (or,
--- on the unlimited path, limited). One writer at a time, so no other claim can take
+-- on the unlimited path, limited) or the client's lease has expired (the rescue
+-- may own what it would claim). One writer at a time, so no other claim can take
 -- the same rows. RETURNING order is not claim order: the engine sorts.
 -- Ordering keys (docs/queue-controls.md): only the head of a key (its oldest live
 -- job that is not pending) is a candidate, and only while no job of the key runs;
@@ -108,7 +109,9 @@ gate(open) AS (
         WHERE name = %(queue)s
           AND (paused_at IS NOT NULL
                OR (NOT %(limited)s AND (global_limit > 0 OR rate_per_sec > 0
-                                        OR partition_limit > 0))))),
+                                        OR partition_limit > 0))))
+        AND EXISTS (SELECT 1 FROM hopper_client
+                    WHERE id = %(client_id)s AND expires_at > %(now)s)),
 okeys(k) AS (
     SELECT (SELECT ordering_key FROM hopper_job
             WHERE queue = %(queue)s AND ordering_key IS NOT NULL
