@@ -118,6 +118,7 @@ NON_NEGATIVE_NUMBERS = {
     "RESCUE_STUCK_AFTER": "seconds; 0 turns the rescue of stuck jobs off",
     "JOB_TIMEOUT": "seconds; 0 means no timeout",
     "COMPLETER_FLUSH_INTERVAL": "seconds; 0 writes each result at once",
+    "CLAIM_DEBOUNCE": "seconds between wake-up claims of a queue; 0 claims on every wake-up",
     "STREAM_RETENTION": "seconds; 0 keeps stream events forever",
     "BACKOFF_BASE": "seconds multiplied by attempt ** BACKOFF_EXPONENT",
     "BACKOFF_EXPONENT": "the power of the attempt number in the backoff",

@@ -20,6 +20,11 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_MAX_ATTEMPTS": 25,
     # Seconds between polls when no notification arrives.
     "POLL_INTERVAL": 1.0,
+    # A wake-up (an insert notification) closer than this many seconds to the
+    # queue's previous claim waits for the rest of it: the first job into an
+    # idle queue is claimed at once, a burst of inserts costs one claim per
+    # interval instead of one per job. 0 claims on every wake-up.
+    "CLAIM_DEBOUNCE": 0.005,
     # Client lease: its time to live and how often it is renewed (seconds).
     "CLIENT_TTL": 30.0,
     "HEARTBEAT_INTERVAL": 5.0,

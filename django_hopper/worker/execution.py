@@ -265,7 +265,8 @@ class Execution:
             return True
 
 
-#: Called with the execution and its result (None once the result was decided elsewhere).
+#: Called with the execution and its result, already settled by the executor
+#: (None when the result was decided elsewhere, by the timeout).
 DoneCallback = Callable[[Execution, JobFinalize | None], None]
 
 
@@ -370,18 +371,32 @@ class Executor:
                 self._loop.call_soon_threadsafe(task.cancel)
 
     def _finish(self, ex: Execution, result: JobFinalize) -> None:
+        """Decide the attempt's result (unless its timeout did first) and hand it on.
+
+        ``job_finished`` is sent for the result that counts: a late result of
+        an attempt that timed out is dropped, and its ending was announced
+        by the worker when the timeout decided it.
+        """
         ex.mark_returned()
-        if signals.job_finished.receivers:
-            send_signal(
-                "job_finished",
-                ex.fn,
-                job=ex.job,
-                state=result.state,
-                error=ex.exception,
-                output=result.output if result.state == "completed" else None,
+        if ex.settle():
+            if signals.job_finished.receivers:
+                send_signal(
+                    "job_finished",
+                    ex.fn,
+                    job=ex.job,
+                    state=result.state,
+                    error=ex.exception,
+                    output=result.output if result.state == "completed" else None,
+                )
+            decided: JobFinalize | None = result
+        else:
+            ex.log.warning(
+                "late result %s dropped: the attempt was already finalized (timed out)",
+                result.state,
             )
+            decided = None
         try:
-            self.on_done(ex, result)
+            self.on_done(ex, decided)
         except Exception:
             ex.log.exception("handing the result to the completer failed")
 

@@ -76,6 +76,8 @@ class WorkerConfig:
     burst: bool = False
     shutdown_timeout: float | None = None
     poll_interval: float | None = None
+    #: Seconds a wake-up waits after the queue's previous claim (see CLAIM_DEBOUNCE).
+    claim_debounce: float | None = None
     client_ttl: float | None = None
     heartbeat_interval: float | None = None
     leader_ttl: float | None = None
@@ -93,6 +95,8 @@ class WorkerConfig:
             self.shutdown_timeout = float(s.SHUTDOWN_TIMEOUT)
         if self.poll_interval is None:
             self.poll_interval = float(s.POLL_INTERVAL)
+        if self.claim_debounce is None:
+            self.claim_debounce = float(s.CLAIM_DEBOUNCE)
         if self.client_ttl is None:
             self.client_ttl = float(s.CLIENT_TTL)
         if self.heartbeat_interval is None:
@@ -130,6 +134,8 @@ class Producer:
         self.refill = max(1, min(concurrency, int(concurrency * REFILL)))
         #: Monotonic time before which the rate limit allows nothing.
         self.hold_until = 0.0
+        #: Monotonic time the latest claim started (for the debounce).
+        self.last_claim = 0.0
         self.claims = 0
         self.thread: threading.Thread | None = None
 
@@ -173,6 +179,7 @@ class Producer:
         free = self.free()
         if free <= 0 or w.client_id is None:
             return 0
+        self.last_claim = time.monotonic()
         result = w.engine.job_claim(
             JobClaimParams(
                 queue=self.queue,
@@ -192,6 +199,24 @@ class Producer:
                 w.start_job(job, self)
         return len(result.jobs)
 
+    def debounce(self) -> None:
+        """Hold a wake-up that follows the previous claim closely; call before a claim.
+
+        Leading edge: a wake-up long after the last claim (an idle queue's
+        first insert) claims at once, so pickup latency is not taxed. One
+        within ``claim_debounce`` of it (a burst of inserts, each notifying)
+        waits for the rest of the interval, and every wake-up that arrives
+        meanwhile is covered by the one claim that follows. After a full
+        claim the refill wait governs instead: work is known to be waiting.
+        """
+        window = float(self.worker.config.claim_debounce or 0)
+        if window <= 0 or self.full:
+            return
+        rest = self.last_claim + window - time.monotonic()
+        if rest > 0:
+            self.worker.stopping.wait(rest)
+            self.wake.clear()  # the claim that follows covers them
+
     def run(self) -> None:
         """Claim when woken (notification, freed slot) or when the poll interval passes."""
         w = self.worker
@@ -200,14 +225,12 @@ class Producer:
         self.wake.set()  # claim at start
         try:
             while not w.stopping.is_set():
-                # No debounce: claim at once on a wake-up. Wake-ups that arrive
-                # while a claim is in flight set the event again and cause one
-                # more claim, so a burst of inserts costs a few claims.
                 woken = self.wake.wait(poll)
                 if w.stopping.is_set():
                     break
                 self.wake.clear()
                 if woken:
+                    self.debounce()
                     self.wait_refill()
                 hold = self.hold_until - time.monotonic()
                 if hold > 0:
@@ -543,15 +566,9 @@ class Worker:
         self.executor.submit(ex)
 
     def _on_done(self, ex: Execution, result: JobFinalize | None) -> None:
-        """Hand a result to the completer (unless already decided) and free the slot."""
+        """Hand a settled result to the completer (None: decided already) and free the slot."""
         if result is not None:
-            if ex.settle():
-                self.completer.add(ex.job, result)
-            else:
-                ex.log.warning(
-                    "late result %s dropped: the attempt was already finalized (timed out)",
-                    result.state,
-                )
+            self.completer.add(ex.job, result)
         with self._exec_lock:
             self.executions.pop(ex.job.id, None)
         ex.owner.release()
@@ -576,9 +593,16 @@ class Worker:
             if ex.settle():
                 ex.log.warning("timed out after %gs", ex.timeout)
                 ex.context.cancel()
-                self.completer.add(
-                    ex.job, execution.timed_out(ex.job, ex.timeout or 0, ex.context.log_text())
+                result = execution.timed_out(ex.job, ex.timeout or 0, ex.context.log_text())
+                execution.send_signal(
+                    "job_finished",
+                    ex.fn,
+                    job=ex.job,
+                    state=result.state,
+                    error=TimeoutError(f"timed out after {ex.timeout:g}s"),
+                    output=None,
                 )
+                self.completer.add(ex.job, result)
 
     def running(self) -> int:
         """Return how many attempts are still executing."""
@@ -660,7 +684,10 @@ class Worker:
             signum,
             self.config.shutdown_timeout,
         )
-        self.stop()
+        # Not self.stop() here: the handler runs in the main thread, possibly
+        # in the middle of an Event.set() or wait() whose lock is not
+        # reentrant, so setting an event from it could deadlock the worker.
+        threading.Thread(target=self.stop, name="hopper-stop", daemon=True).start()
 
     def stop(self) -> None:
         """Ask the worker to stop claiming and shut down."""

@@ -122,13 +122,26 @@ def test_an_unknown_kind_is_discarded_at_once(tx_engine, make_worker):
 
 
 def test_a_sync_job_past_its_timeout_fails_and_its_late_result_is_dropped(tx_engine, make_worker):
-    job = insert(tx_engine, jobs.rt_sleep_sync, 1.0)
-    worker = make_worker()
-    worker.run_once()  # returns once the thread really ended, after its late result
+    from django_hopper.signals import job_finished
+
+    seen = []
+
+    def receive(sender, job, state, error, output, **kwargs):
+        seen.append((state, type(error).__name__, output))
+
+    job_finished.connect(receive, weak=False, dispatch_uid="timeout-test")
+    try:
+        job = insert(tx_engine, jobs.rt_sleep_sync, 1.0)
+        worker = make_worker()
+        worker.run_once()  # returns once the thread really ended, after its late result
+    finally:
+        job_finished.disconnect(dispatch_uid="timeout-test")
     row = get(tx_engine, job)
     assert row.state == "retryable"
     assert row.errors[0].error == "timed out after 0.3s"
     assert row.output is None
+    # Announced once, as the timeout decided it; never as the dropped late result.
+    assert seen == [("retryable", "TimeoutError", None)]
 
 
 def test_an_async_job_past_its_timeout_is_cancelled_and_fails(tx_engine, make_worker):

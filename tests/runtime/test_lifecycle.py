@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+import time
 
 import pytest
 
@@ -107,6 +108,51 @@ def test_burst_runs_every_due_job_then_returns(tx_engine):
     assert [get(tx_engine, j).output for j in added] == [2 * i for i in range(25)]
     assert get(tx_engine, snoozer).state == "completed"
     assert not Client.objects.exists()  # the lease was deleted
+
+
+def _burst_claims(tx_engine, debounce: float) -> tuple[int, float]:
+    """Insert 60 jobs one by one, waking the idle producer after each as a
+    notification would; return the claims it made and how long the burst took."""
+    worker = Worker(
+        WorkerConfig(
+            queues={"default": 100},
+            maintenance=False,
+            poll_interval=30.0,
+            claim_debounce=debounce,
+        ),
+        tx_engine,
+    )
+    thread = threading.Thread(target=worker.run, kwargs={"install_signals": False})
+    thread.start()
+    try:
+        producer = worker.producers["default"]
+        wait_for(lambda: producer.claims >= 1)  # the start-up claim
+        time.sleep(0.05)
+        before = producer.claims
+        started = time.monotonic()
+        inserted = []
+        for i in range(60):
+            inserted.append(insert(tx_engine, jobs.add, i, 1))
+            producer.wake.set()
+            time.sleep(0.0005)
+        took = time.monotonic() - started
+        wait_for(lambda: all(get(tx_engine, j).state == "completed" for j in inserted))
+        return producer.claims - before, took
+    finally:
+        worker.stop()
+        thread.join(15)
+
+
+def test_a_burst_of_wake_ups_costs_one_claim_per_debounce_interval(tx_engine):
+    claims, took = _burst_claims(tx_engine, debounce=0.05)
+    # One claim at the burst's first wake-up (leading edge), then at most one per 50 ms.
+    assert 1 <= claims <= took / 0.05 + 2, (claims, took)
+
+
+def test_without_debounce_every_wake_up_may_claim(tx_engine):
+    claims, took = _burst_claims(tx_engine, debounce=0)
+    debounced_bound = took / 0.05 + 2
+    assert claims > debounced_bound, (claims, took)  # the debounce test is not vacuous
 
 
 def test_the_loop_claims_jobs_inserted_while_it_runs_and_stops_gracefully(tx_engine):
