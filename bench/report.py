@@ -129,7 +129,7 @@ ROWS: list[Row] = [
         ),
     ),
     (
-        "job_insert_many unique, 1,000 (x multi-row)",
+        "enqueue_many unique keys, 1,000 (x multi-row)",
         _with_ratio(
             lambda r: r["enqueue"]["unique_many_1000"]["jobs_per_s"],
             lambda r: r["raw"]["insert_multi"]["jobs_per_s"],
