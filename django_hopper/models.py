@@ -165,6 +165,21 @@ class Job(JobBase):
                 condition=Q(ordering_key__isnull=False),
                 name="hopper_job_ordering",
             ),
+            # The claim's window on keyed jobs: a queue's keyed candidates in claim
+            # order, so the claim finds the best heads without walking every key
+            # (docs/queue-controls.md). The claim SQL repeats the condition word for
+            # word (SQLite matches partial indexes by their terms, and pins this one
+            # by INDEXED BY).
+            models.Index(
+                "queue",
+                models.F("priority").desc(),
+                "scheduled_at",
+                "id",
+                condition=Q(
+                    ordering_key__isnull=False, state__in=("available", "scheduled", "retryable")
+                ),
+                name="hopper_job_keyed",
+            ),
             models.Index(fields=["kind", "id"], name="hopper_job_kind"),
             models.Index(fields=["state", "queue", "id"], name="hopper_job_state"),
         ]

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import datetime as dt
+import random
 import time
 from typing import Any
+
+import pytest
 
 from django_hopper.engine.base import (
     WAKE_MARKER,
     BaseEngine,
+    JobClaimParams,
     JobInsertParams,
     JobRetryOrderingKeyParams,
+    JobRow,
     QueueControlsContract,
+    QueueLimits,
 )
 from django_hopper.models import Job
 from tests.engine_conformance.support import (
@@ -197,7 +203,11 @@ def test_retry_ordering_key__bad_input_is_refused(engine: BaseEngine, db_now: dt
 def test_ordering__claim_cost_grows_with_keys_not_with_jobs_behind_a_head(
     engine: BaseEngine, db_now: dt.datetime, client_id: int
 ) -> None:
-    """10,000 jobs behind one head and 1,000 other keys: a claim takes the heads only."""
+    """10,000 jobs behind one head and 1,000 other keys: a claim takes the heads only.
+
+    The hot key's waiting jobs fill the claim's window, so this claim falls back
+    to walking the keys: 1,000 key probes, never the 10,000 blocked jobs.
+    """
     params = [JobInsertParams(kind="tests.job", queue=Q, ordering_key="hot")] * 10_000
     params += [
         JobInsertParams(kind="tests.job", queue=Q, ordering_key=f"k{i:04}") for i in range(1000)
@@ -217,3 +227,99 @@ def test_ordering__claim_cost_grows_with_keys_not_with_jobs_behind_a_head(
     each = (time.perf_counter() - started) / 5
     # Walking the 10,000 blocked jobs per claim would not fit; 1,000 key probes do.
     assert max(first, each) < 0.5, (first, each)
+
+
+def _claim_order(job: JobRow) -> tuple:
+    return (-job.priority, job.scheduled_at, job.id)
+
+
+@pytest.mark.parametrize("path", ["unlimited", "global_limit", "partition_limit"])
+@pytest.mark.parametrize("blocker", ["running", "backing_off"])
+def test_ordering__heads_beyond_a_window_full_of_blocked_jobs_are_found(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int, blocker: str, path: str
+) -> None:
+    """More blocked jobs than the claim's window rank ahead of every head.
+
+    The window is 4 * n + 400 rows in claim order (n = limit, or the partition
+    scan of 10 * limit + 100 with a partition limit): 1,100 waiting jobs of a key
+    whose head runs (or backs off) fill it without a single head, so the claim
+    must fall back to walking the keys, and still take the best heads.
+    """
+    if blocker == "running":
+        (hot,) = keyed(engine, db_now, "hot", priority=3)
+        assert [j.id for j in claim(engine, client_id, db_now, queue=Q, limit=1)] == [hot.id]
+    else:
+        keyed(engine, db_now, "hot", priority=3, scheduled_at=db_now + HOUR)
+    keyed(engine, db_now, "hot", 1100, priority=3)
+    heads = [keyed(engine, db_now, f"k{i}", 2, priority=i % 3)[0] for i in range(10)]
+    plain = [insert(engine, db_now, queue=Q, priority=p) for p in (2, 0, 1, 0)]
+    if path != "unlimited":
+        assert isinstance(engine, QueueControlsContract)
+        limits = {"global_limit": 1000} if path == "global_limit" else {"partition_limit": 5}
+        engine.queue_set_limits(QueueLimits(name=Q, **limits), now=db_now)  # type: ignore[arg-type]
+    best = [j.id for j in sorted(heads + plain, key=_claim_order)]
+
+    def take(limit: int) -> list[JobRow]:
+        params = JobClaimParams(
+            queue=Q, client_id=client_id, limit=limit, limited=path != "unlimited", now=db_now
+        )
+        return engine.job_claim(params).jobs
+
+    first = take(5)
+    rest = take(50)
+
+    assert [j.id for j in first] == best[:5]
+    # The second job of each key waits behind its running head; "hot" never yields.
+    assert [j.id for j in rest] == best[5:]
+
+
+def test_ordering__many_keys_and_plain_jobs_are_claimed_in_claim_order(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    """Per-job priorities, keys of 1-3 jobs and plain jobs: every claim takes the best heads.
+
+    A later job of a key may outrank its head; it must wait all the same. Some
+    claimed jobs keep running, so their keys' waiting jobs pile up in the window.
+    """
+    rng = random.Random(20261129)
+    params = [
+        JobInsertParams(
+            kind="tests.job",
+            queue=Q,
+            ordering_key=f"k{rng.randrange(250):03}" if rng.random() < 0.85 else None,
+            priority=rng.randint(-1, 2),
+            scheduled_at=db_now - SECOND * rng.randrange(600),
+        )
+        for _ in range(700)
+    ]
+    live = {r.job.id: r.job for r in insert_many(engine, params, db_now)}
+    running: set = set()
+
+    def expected(limit: int) -> list:
+        blocked = {live[i].ordering_key for i in running}
+        cands, seen = [], set()
+        for job in sorted(live.values(), key=lambda j: j.id):
+            key = job.ordering_key
+            if key is None:
+                if job.id not in running:
+                    cands.append(job)
+            elif key not in blocked and key not in seen:
+                seen.add(key)
+                cands.append(job)
+        return [j.id for j in sorted(cands, key=_claim_order)[:limit]]
+
+    for _ in range(200):
+        want = expected(10)
+        got = claim(engine, client_id, db_now, queue=Q, limit=10)
+        assert [j.id for j in got] == want
+        if not got:
+            break
+        # One claimed job in three keeps running (and blocks its key); the rest complete.
+        done = [j for n, j in enumerate(got) if n % 3]
+        running.update(j.id for n, j in enumerate(got) if not n % 3)
+        finalize(engine, db_now, *(result(j, "completed") for j in done))
+        for j in done:
+            del live[j.id]
+    else:
+        raise AssertionError("the queue never drained")
+    assert len(running) > 10

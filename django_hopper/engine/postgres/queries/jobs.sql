@@ -158,10 +158,15 @@ FROM STDIN (FORMAT BINARY)
 -- claim. The uncorrelated gate is two primary-key probes, evaluated once, no lock.
 -- Ordering keys (docs/queue-controls.md): only the head of a key (its oldest
 -- live job that is not pending) is a candidate, and only while no job of the
--- key runs. `okeys` walks the distinct keys of the queue by a skip scan of
--- hopper_job_ordering (one probe per key), `heads` takes each key's head (one
--- probe), so the cost grows with the number of keys, never with the jobs
--- waiting behind a head. A queue without ordering keys pays one probe.
+-- key runs. `kwin` reads a bounded window of the queue's keyed candidates in
+-- claim order (4 * %(scan)s + 400 rows of hopper_job_keyed) and `kfast` keeps
+-- its heads (one hopper_job_ordering probe each), so the usual cost depends on
+-- neither the number of keys nor the jobs waiting behind a head. Only when the
+-- window is full of jobs that are not heads (a deep lane behind a running head,
+-- many higher-priority waiting jobs) and the best heads may lie beyond it does
+-- `kwalk` turn on the exact walk of every key (`okeys`: a skip scan of
+-- hopper_job_ordering, `heads`: one probe per key), whose cost grows with the
+-- number of keys. A queue without ordering keys pays one empty index probe.
 -- Partition limit (limited path): each candidate's rank in its partition plus
 -- the partition's running jobs must not pass %(partition_limit)s (0: none);
 -- the candidate CTEs read %(scan)s rows so that full partitions are skipped.
@@ -204,10 +209,75 @@ avail AS (
     LIMIT %(scan)s
     FOR UPDATE OF j SKIP LOCKED
 ),
+-- Ordering keys. `kwin` reads the first keyed candidates of the queue in claim
+-- order (index hopper_job_keyed; a bounded window, whatever the number of keys
+-- or of jobs behind a head). Every window row is non-pending, so within the window
+-- only the oldest row of a key (lane_pos = 1) can be a head; `kfast` probes those,
+-- best first, with one hopper_job_ordering lookup each (no older non-pending job
+-- of the key) and drops keys with a running job. If the window is full and holds
+-- fewer heads than needed, and the unkeyed candidates do not already fill the
+-- claim ahead of the window's end, `kwalk` turns on the exhaustive key walk
+-- (`okeys`/`heads`, as before), so the result is exactly the best heads.
+kwin AS (
+    SELECT w.id, w.priority, w.scheduled_at, w.ordering_key, w.claimable,
+           row_number() OVER (PARTITION BY w.ordering_key ORDER BY w.id) AS lane_pos
+    FROM (
+        SELECT j.id, j.priority, j.scheduled_at, j.ordering_key,
+               (j.state = 'available' OR j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
+                OR j.metadata ? '_hopper_wake')
+               AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now())) AS claimable
+        FROM hopper_job j
+        WHERE j.queue = %(queue)s AND j.ordering_key IS NOT NULL
+          AND j.state IN ('available', 'scheduled', 'retryable')
+          AND (SELECT open FROM gate)
+        ORDER BY j.priority DESC, j.scheduled_at, j.id
+        LIMIT (4 * %(scan)s + 400)
+    ) w
+),
+kfast AS (
+    SELECT c.id
+    FROM (
+        SELECT k.id, k.ordering_key
+        FROM kwin k
+        WHERE k.lane_pos = 1 AND k.claimable
+          AND k.ordering_key NOT IN (SELECT r.ordering_key FROM hopper_job r
+                                     WHERE r.state = 'running' AND r.queue = %(queue)s
+                                       AND r.ordering_key IS NOT NULL)
+        ORDER BY k.priority DESC, k.scheduled_at, k.id
+        OFFSET 0
+    ) c
+    -- ORDER BY/LIMIT/OFFSET keep this a per-row probe of hopper_job_ordering: flattened
+    -- into a hash anti-join it hashes every job of a big key and is quadratic.
+    WHERE NOT EXISTS (SELECT 1 FROM hopper_job o
+                      WHERE o.queue = %(queue)s AND o.ordering_key = c.ordering_key
+                        AND o.id < c.id AND o.state <> 'pending'
+                      ORDER BY o.id DESC
+                      LIMIT 1 OFFSET 0)
+    -- m exceeds n: heads locked by a concurrent claim are skipped in `keyed`.
+    LIMIT (2 * %(scan)s + 16)
+),
+kwalk AS (
+    SELECT (SELECT count(*) FROM kfast) < %(scan)s
+       AND (SELECT count(*) FROM kwin) >= (4 * %(scan)s + 400)
+       AND NOT coalesce((
+           SELECT (-l.priority, l.scheduled_at, l.id) > (-u.priority, u.scheduled_at, u.id)
+           FROM (SELECT k.priority, k.scheduled_at, k.id FROM kwin k
+                 ORDER BY k.priority, k.scheduled_at DESC, k.id DESC
+                 LIMIT 1) l,
+                (SELECT x.priority, x.scheduled_at, x.id
+                 FROM (SELECT a.priority, a.scheduled_at, a.id FROM avail a
+                       UNION ALL
+                       SELECT d.priority, d.scheduled_at, d.id FROM due d
+                       WHERE d.expires_at IS NULL OR d.expires_at > coalesce(%(now)s::timestamptz, now())) x
+                 ORDER BY x.priority DESC, x.scheduled_at, x.id
+                 OFFSET %(limit)s - 1
+                 LIMIT 1) u
+           WHERE %(partition_limit)s <= 0), false) AS needed
+),
 okeys AS (
     (SELECT j.ordering_key AS k
      FROM hopper_job j
-     WHERE j.queue = %(queue)s AND j.ordering_key IS NOT NULL AND (SELECT open FROM gate)
+     WHERE j.queue = %(queue)s AND j.ordering_key IS NOT NULL AND (SELECT needed FROM kwalk)
      ORDER BY j.ordering_key
      LIMIT 1)
     UNION ALL
@@ -237,9 +307,9 @@ heads AS (
 ),
 keyed AS (
     SELECT j.id, j.priority, j.scheduled_at, j.partition_key
-    FROM heads h
-    JOIN hopper_job j ON j.id = h.id
-    WHERE (j.state = 'available'
+    FROM hopper_job j
+    WHERE j.id = ANY (ARRAY(SELECT f.id FROM kfast f UNION SELECT h.id FROM heads h))
+      AND (j.state = 'available'
            OR (j.state IN ('scheduled', 'retryable')
                AND (j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
                     OR j.metadata ? '_hopper_wake')))
@@ -307,9 +377,11 @@ SELECT * FROM claimed ORDER BY priority DESC, scheduled_at, id
 -- name: job_claim.unlimited
 -- job_claim's unlimited path: the same gate (closed on a paused queue and on
 -- one with limits, so the worker switches paths), candidates, ordering-key
--- heads and writes, without the partition-limit ranking it never needs. The
--- engine writes %(limit)s in as a literal (jobs.py, _claim_sql) so that
--- PostgreSQL settles on the generic plan by itself.
+-- heads (window of 4 * %(limit)s + 400 rows, key walk as the fallback) and
+-- writes, without the partition-limit ranking it never needs. The engine
+-- writes %(limit)s in as a literal (jobs.py, _claim_sql) so that PostgreSQL
+-- settles on the generic plan by itself; every use of it stays an expression
+-- that is valid with a literal or a parameter.
 WITH RECURSIVE
 gate AS (
     SELECT NOT EXISTS (
@@ -345,10 +417,74 @@ avail AS (
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED
 ),
+-- Ordering keys. `kwin` reads the first keyed candidates of the queue in claim
+-- order (index hopper_job_keyed; a bounded window, whatever the number of keys
+-- or of jobs behind a head). Every window row is non-pending, so within the window
+-- only the oldest row of a key (lane_pos = 1) can be a head; `kfast` probes those,
+-- best first, with one hopper_job_ordering lookup each (no older non-pending job
+-- of the key) and drops keys with a running job. If the window is full and holds
+-- fewer heads than needed, and the unkeyed candidates do not already fill the
+-- claim ahead of the window's end, `kwalk` turns on the exhaustive key walk
+-- (`okeys`/`heads`, as before), so the result is exactly the best heads.
+kwin AS (
+    SELECT w.id, w.priority, w.scheduled_at, w.ordering_key, w.claimable,
+           row_number() OVER (PARTITION BY w.ordering_key ORDER BY w.id) AS lane_pos
+    FROM (
+        SELECT j.id, j.priority, j.scheduled_at, j.ordering_key,
+               (j.state = 'available' OR j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
+                OR j.metadata ? '_hopper_wake')
+               AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now())) AS claimable
+        FROM hopper_job j
+        WHERE j.queue = %(queue)s AND j.ordering_key IS NOT NULL
+          AND j.state IN ('available', 'scheduled', 'retryable')
+          AND (SELECT open FROM gate)
+        ORDER BY j.priority DESC, j.scheduled_at, j.id
+        LIMIT (4 * %(limit)s + 400)
+    ) w
+),
+kfast AS (
+    SELECT c.id
+    FROM (
+        SELECT k.id, k.ordering_key
+        FROM kwin k
+        WHERE k.lane_pos = 1 AND k.claimable
+          AND k.ordering_key NOT IN (SELECT r.ordering_key FROM hopper_job r
+                                     WHERE r.state = 'running' AND r.queue = %(queue)s
+                                       AND r.ordering_key IS NOT NULL)
+        ORDER BY k.priority DESC, k.scheduled_at, k.id
+        OFFSET 0
+    ) c
+    -- ORDER BY/LIMIT/OFFSET keep this a per-row probe of hopper_job_ordering: flattened
+    -- into a hash anti-join it hashes every job of a big key and is quadratic.
+    WHERE NOT EXISTS (SELECT 1 FROM hopper_job o
+                      WHERE o.queue = %(queue)s AND o.ordering_key = c.ordering_key
+                        AND o.id < c.id AND o.state <> 'pending'
+                      ORDER BY o.id DESC
+                      LIMIT 1 OFFSET 0)
+    -- m exceeds n: heads locked by a concurrent claim are skipped in `keyed`.
+    LIMIT (2 * %(limit)s + 16)
+),
+kwalk AS (
+    SELECT (SELECT count(*) FROM kfast) < %(limit)s
+       AND (SELECT count(*) FROM kwin) >= (4 * %(limit)s + 400)
+       AND NOT coalesce((
+           SELECT (-l.priority, l.scheduled_at, l.id) > (-u.priority, u.scheduled_at, u.id)
+           FROM (SELECT k.priority, k.scheduled_at, k.id FROM kwin k
+                 ORDER BY k.priority, k.scheduled_at DESC, k.id DESC
+                 LIMIT 1) l,
+                (SELECT x.priority, x.scheduled_at, x.id
+                 FROM (SELECT a.priority, a.scheduled_at, a.id FROM avail a
+                       UNION ALL
+                       SELECT d.priority, d.scheduled_at, d.id FROM due d
+                       WHERE d.expires_at IS NULL OR d.expires_at > coalesce(%(now)s::timestamptz, now())) x
+                 ORDER BY x.priority DESC, x.scheduled_at, x.id
+                 OFFSET %(limit)s - 1
+                 LIMIT 1) u), false) AS needed
+),
 okeys AS (
     (SELECT j.ordering_key AS k
      FROM hopper_job j
-     WHERE j.queue = %(queue)s AND j.ordering_key IS NOT NULL AND (SELECT open FROM gate)
+     WHERE j.queue = %(queue)s AND j.ordering_key IS NOT NULL AND (SELECT needed FROM kwalk)
      ORDER BY j.ordering_key
      LIMIT 1)
     UNION ALL
@@ -378,9 +514,9 @@ heads AS (
 ),
 keyed AS (
     SELECT j.id, j.priority, j.scheduled_at
-    FROM heads h
-    JOIN hopper_job j ON j.id = h.id
-    WHERE (j.state = 'available'
+    FROM hopper_job j
+    WHERE j.id = ANY (ARRAY(SELECT f.id FROM kfast f UNION SELECT h.id FROM heads h))
+      AND (j.state = 'available'
            OR (j.state IN ('scheduled', 'retryable')
                AND (j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
                     OR j.metadata ? '_hopper_wake')))

@@ -97,9 +97,12 @@ WHERE queue = %(queue)s
 -- may own what it would claim). One writer at a time, so no other claim can take
 -- the same rows. RETURNING order is not claim order: the engine sorts.
 -- Ordering keys (docs/queue-controls.md): only the head of a key (its oldest live
--- job that is not pending) is a candidate, and only while no job of the key runs;
--- `okeys` walks the distinct keys by a skip scan of hopper_job_ordering and `heads`
--- probes each key once, so the cost grows with the keys, not the jobs behind a head.
+-- job that is not pending) is a candidate, and only while no job of the key runs.
+-- A bounded window of keyed candidates in claim order (`kwin`, 4 * %(scan)s + 400
+-- rows) yields the heads, so the cost depends on neither the number of keys nor
+-- the jobs behind a head; only when the window is full of jobs that are not heads
+-- does `kwalk` turn on the exact walk of every key (`okeys`/`heads`), whose cost
+-- grows with the keys.
 -- Partition limit (limited path): a candidate's rank in its partition plus the
 -- partition's running jobs must not pass %(partition_limit)s (0: none).
 WITH RECURSIVE
@@ -112,11 +115,45 @@ gate(open) AS (
                                         OR partition_limit > 0))))
         AND EXISTS (SELECT 1 FROM hopper_client
                     WHERE id = %(client_id)s AND expires_at > %(now)s)),
+-- Ordering keys, as in the PostgreSQL claim: `kwin` is the window (index
+-- hopper_job_keyed, whose condition the WHERE repeats word for word). Every window
+-- row is non-pending, so only the oldest window row of a key (lane_pos = 1) can be
+-- a head; `kfast` probes those (hopper_job_ordering). `kwalk` turns on the key walk
+-- only when the window is full and short of heads. INDEXED BY pins the plans on
+-- tables never analysed (so the indexes must exist: migration 0006).
+kwin AS (
+    SELECT w.id, w.priority, w.scheduled_at, w.ordering_key, w.claimable,
+           row_number() OVER (PARTITION BY w.ordering_key ORDER BY w.id) AS lane_pos
+    FROM (SELECT id, priority, scheduled_at, ordering_key,
+                 (state = 'available' OR scheduled_at <= %(now)s
+                  OR json_extract(metadata, '$._hopper_wake') IS NOT NULL)
+                 AND (expires_at IS NULL OR expires_at > %(now)s) AS claimable
+          FROM hopper_job INDEXED BY hopper_job_keyed
+          WHERE queue = %(queue)s AND ordering_key IS NOT NULL
+            AND state IN ('available', 'scheduled', 'retryable')
+            AND (SELECT open FROM gate)
+          ORDER BY priority DESC, scheduled_at, id
+          LIMIT (4 * %(scan)s + 400)) AS w),
+kfast(id) AS (
+    SELECT k.id
+    FROM kwin k
+    WHERE k.lane_pos = 1 AND k.claimable
+      AND k.ordering_key NOT IN (SELECT ordering_key FROM hopper_job INDEXED BY hopper_job_state
+                                 WHERE state = 'running' AND queue = %(queue)s
+                                   AND ordering_key IS NOT NULL)
+      AND NOT EXISTS (SELECT 1 FROM hopper_job AS o INDEXED BY hopper_job_ordering
+                      WHERE o.queue = %(queue)s AND o.ordering_key = k.ordering_key
+                        AND o.id < k.id AND o.state <> 'pending')
+    ORDER BY k.priority DESC, k.scheduled_at, k.id
+    LIMIT %(scan)s),
+kwalk(needed) AS (
+    SELECT (SELECT count(*) FROM kfast) < %(scan)s
+       AND (SELECT count(*) FROM kwin) >= (4 * %(scan)s + 400)),
 okeys(k) AS (
     SELECT (SELECT ordering_key FROM hopper_job
             WHERE queue = %(queue)s AND ordering_key IS NOT NULL
             ORDER BY ordering_key LIMIT 1)
-    WHERE (SELECT open FROM gate)
+    WHERE (SELECT needed FROM kwalk)
     UNION ALL
     SELECT (SELECT ordering_key FROM hopper_job
             WHERE queue = %(queue)s AND ordering_key > okeys.k
@@ -146,8 +183,8 @@ cand AS (
     UNION ALL
     SELECT * FROM (
         SELECT j.id, j.priority, j.scheduled_at, j.partition_key
-        FROM heads h
-        JOIN hopper_job j ON j.id = h.id
+        FROM (SELECT id FROM kfast UNION SELECT id FROM heads) AS h
+        CROSS JOIN hopper_job j ON j.id = h.id
         WHERE (j.state = 'available'
                OR (j.state IN ('scheduled', 'retryable')
                    AND (j.scheduled_at <= %(now)s
