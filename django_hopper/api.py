@@ -9,6 +9,7 @@ connection of ``HOPPER["DATABASE"]``, so it joins the caller's transaction.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,8 @@ from django_hopper.exceptions import InvalidJob, NotFound
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import AttemptLog, BaseEngine, JobRow
+
+logger = logging.getLogger("django_hopper")
 
 __all__ = [
     "cancel_job",
@@ -71,7 +74,7 @@ def cancel_job(job_id: uuid.UUID | str) -> JobRow:
     before = engine.job_get(jid)
     row = engine.job_cancel(JobCancelParams(id=jid))
     if before is not None and before.state in _WAITING and row.state == "canceled":
-        _announce_task_ending(row, engine.alias)
+        _announce_ending(row, engine.alias)
     return row
 
 
@@ -79,24 +82,25 @@ def cancel_job(job_id: uuid.UUID | str) -> JobRow:
 _WAITING = frozenset({"available", "scheduled", "retryable", "pending"})
 
 
-def _announce_task_ending(row: JobRow, alias: str) -> None:
-    """Send Django's ``task_finished`` for a task this call ended, once the ending commits.
+def _announce_ending(row: JobRow, alias: str) -> None:
+    """Send ``jobs_ended`` for a job this call ended, once the ending commits.
 
-    A cancel of a waiting task ends it without an attempt, so no worker
-    announces it. The signal waits for the caller's transaction: a rolled
-    back cancel ended nothing. Plain hopper jobs (no task description in
-    their metadata) are left alone, without importing the Tasks API.
+    A cancel of a waiting job ends it without an attempt, so no worker
+    announces it (the Django Tasks backend turns this into
+    ``task_finished``). The signal waits for the caller's transaction: a
+    rolled-back cancel ended nothing.
     """
     from django.db import transaction
 
-    meta = row.metadata
-    if not (isinstance(meta, dict) and isinstance(meta.get("django_task"), dict)):
+    from django_hopper import signals
+
+    if not signals.jobs_ended.receivers:
         return
 
     def announce() -> None:
-        from django_hopper.tasks_backend import announce_finished
-
-        announce_finished([row])
+        for receiver, outcome in signals.jobs_ended.send_robust(sender=None, jobs=[row]):
+            if isinstance(outcome, Exception):
+                logger.error("a jobs_ended receiver %r failed: %s", receiver, outcome)
 
     transaction.on_commit(announce, using=alias)
 

@@ -11,3 +11,24 @@ class HopperConfig(AppConfig):
 
     def ready(self) -> None:
         from django_hopper import checks, periodic  # noqa: F401  (register the system checks)
+
+        self._connect_tasks_backend()
+
+    def _connect_tasks_backend(self) -> None:
+        """Import the Tasks backend when a TASKS entry uses it, so its receivers listen.
+
+        The leader's services and ``cancel_job`` announce the tasks they end
+        through ``jobs_ended``; the backend must be listening in every process
+        that can end one, not only where a task was enqueued or run. The
+        lower layers never import it themselves (imports point down).
+        """
+        from django.conf import settings
+
+        tasks = getattr(settings, "TASKS", None) or {}
+        if not isinstance(tasks, dict):
+            return
+        if any(
+            isinstance(cfg, dict) and str(cfg.get("BACKEND", "")).startswith("django_hopper.")
+            for cfg in tasks.values()
+        ):
+            from django_hopper import tasks_backend  # noqa: F401

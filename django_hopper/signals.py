@@ -11,7 +11,8 @@ work in ``transaction.on_commit``.
 
 ``job_started`` and ``job_finished`` are sent by the worker (with
 ``send_robust``: a failing receiver is logged, never fails the job), before an
-attempt and once its result is written.
+attempt and once its result is written. ``jobs_ended`` is sent (robustly too)
+for jobs hopper ends with no attempt to announce them.
 """
 
 from __future__ import annotations
@@ -46,3 +47,14 @@ job_started = Signal()
 #: * ``error``: the attempt's error message (``str``), or None.
 #: * ``output``: the function's JSON return value when completed, else None.
 job_finished = Signal()
+
+#: Sent when hopper ends jobs outside any attempt: the rescue of a dead or
+#: stuck worker's attempt when it ends the job (no attempt left, or a cancel
+#: was requested), TTL expiry, job-lease expiry, and the cancel of a waiting
+#: job (once the cancel commits). Sent in the process that ended them (the
+#: leader's, for the services), never for a job an attempt announces.
+#:
+#: * ``sender``: None.
+#: * ``jobs``: list of ``JobRow``, as ended (``canceled`` or ``discarded``,
+#:   their errors recorded).
+jobs_ended = Signal()

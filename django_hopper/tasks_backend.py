@@ -789,10 +789,16 @@ def announce_finished(rows: Iterable[JobRow]) -> int:
     return sent
 
 
+def _on_jobs_ended(sender: Any, jobs: Sequence[JobRow], **kwargs: Any) -> None:
+    """Announce the tasks among jobs hopper ended outside an attempt (``jobs_ended``)."""
+    announce_finished(jobs)
+
+
 def _connect() -> None:
-    from django_hopper.signals import job_finished
+    from django_hopper.signals import job_finished, jobs_ended
 
     job_finished.connect(_on_job_finished, dispatch_uid="django_hopper.tasks_backend")
+    jobs_ended.connect(_on_jobs_ended, dispatch_uid="django_hopper.tasks_backend.ended")
 
 
 _connect()

@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from django_hopper import signals
 from django_hopper.conf import hopper_settings
 from django_hopper.engine.base import (
     AttemptError,
@@ -114,7 +115,7 @@ class Rescuer(Service):
             for c, f in zip(candidates, finals, strict=True)
             if (f.id, f.fence) in done and f.state in ("canceled", "discarded")
         ]
-        announce_task_endings(ended)
+        announce_endings(ended)
         for c, f in zip(candidates, finals, strict=True):
             if (f.id, f.fence) in done:
                 logger.warning(
@@ -129,10 +130,6 @@ class Rescuer(Service):
         return len(done)
 
 
-#: The metadata key that marks a job as a Django task (``tasks_backend.META_KEY``).
-DJANGO_TASK_KEY = "django_task"
-
-
 def _ended_row(job: JobRow, final: JobFinalize, now: dt.datetime | None) -> JobRow:
     """Return a rescued job as its rescue ended it (without reading it back)."""
     at = now or dt.datetime.now(dt.UTC)
@@ -142,31 +139,22 @@ def _ended_row(job: JobRow, final: JobFinalize, now: dt.datetime | None) -> JobR
     return dataclasses.replace(job, state=final.state, errors=errors, finalized_at=at)
 
 
-def announce_task_endings(rows: Sequence[JobRow]) -> None:
-    """Send Django's ``task_finished`` for the Django tasks a service just ended.
+def announce_endings(rows: Sequence[JobRow]) -> None:
+    """Send ``jobs_ended`` for the jobs a service just ended outside any attempt.
 
-    Django documents ``task_finished`` for every finished task, failed ones
-    included; a task hopper ends outside an attempt (rescued, expired) has no
-    worker to announce it. Costs one dict lookup per job when no job is a
-    Django task, and never imports the Tasks API otherwise.
+    No worker announces them: the rescue ends an attempt whose worker is gone,
+    expiry ends a job that never ran. Receivers (the Django Tasks backend
+    sends ``task_finished`` from one) run in the leader's process; one that
+    raises is logged and never stops the service. Free without receivers.
     """
-    tasks = [
-        r
-        for r in rows
-        if r.state in ("completed", "canceled", "discarded")
-        and isinstance(r.metadata, dict)
-        and DJANGO_TASK_KEY in r.metadata
-    ]
-    if not tasks:
+    if not signals.jobs_ended.receivers:
         return
-    try:
-        from django_hopper.tasks_backend import announce_finished
-    except ImportError:  # no Tasks API installed: nothing can listen
+    ended = [r for r in rows if r.state in ("completed", "canceled", "discarded")]
+    if not ended:
         return
-    try:
-        announce_finished(tasks)
-    except Exception:
-        logger.exception("announcing %d ended tasks failed", len(tasks))
+    for receiver, outcome in signals.jobs_ended.send_robust(sender=None, jobs=ended):
+        if isinstance(outcome, Exception):
+            logger.error("a jobs_ended receiver %r failed: %s", receiver, outcome)
 
 
 class Scheduler(Service):
@@ -208,7 +196,7 @@ class LeaseExpirer(Service):
         )
         params = JobExpireLeasesParams(limit=1000, client_id=client_id, grace=grace, now=now)
         rows = self.engine.job_expire_leases(params)
-        announce_task_endings(rows)
+        announce_endings(rows)
         return len(rows)
 
 
@@ -220,7 +208,7 @@ class ExpiredJobDiscarder(Service):
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Discard one batch of expired jobs; return how many."""
         rows = self.engine.job_discard_expired(JobDiscardExpiredParams(now=now))
-        announce_task_endings(rows)
+        announce_endings(rows)
         return len(rows)
 
 
