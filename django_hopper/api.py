@@ -9,7 +9,6 @@ connection of ``HOPPER["DATABASE"]``, so it joins the caller's transaction.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -18,8 +17,6 @@ from django_hopper.exceptions import InvalidJob, NotFound
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import AttemptLog, BaseEngine, JobRow
-
-logger = logging.getLogger("django_hopper")
 
 __all__ = [
     "cancel_job",
@@ -97,12 +94,7 @@ def _announce_ending(row: JobRow, alias: str) -> None:
     if not signals.jobs_ended.receivers:
         return
 
-    def announce() -> None:
-        for receiver, outcome in signals.jobs_ended.send_robust(sender=None, jobs=[row]):
-            if isinstance(outcome, Exception):
-                logger.error("a jobs_ended receiver %r failed: %s", receiver, outcome)
-
-    transaction.on_commit(announce, using=alias)
+    transaction.on_commit(lambda: signals.send_logged(signals.jobs_ended, jobs=[row]), using=alias)
 
 
 def retry_job(job_id: uuid.UUID | str, *, from_start: bool = False) -> JobRow:

@@ -17,7 +17,27 @@ for jobs hopper ends with no attempt to announce them.
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from django.dispatch import Signal
+
+logger = logging.getLogger("django_hopper")
+
+
+def send_logged(signal: Signal, sender: Any = None, **kwargs: Any) -> None:
+    """Send ``signal`` robustly: log each receiver's error instead of raising it.
+
+    Hopper sends from places a receiver's bug must not break (a job's
+    attempt, a maintenance pass, a commit hook). Free when nothing listens,
+    which is the common case.
+    """
+    if not signal.receivers:
+        return
+    for receiver, outcome in signal.send_robust(sender=sender, **kwargs):
+        if isinstance(outcome, Exception):
+            logger.error("a signal receiver %r failed: %s", receiver, outcome)
+
 
 #: Sent after ``enqueue`` / ``enqueue_many`` inserted jobs.
 #:

@@ -44,6 +44,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from django_hopper.exceptions import HopperError, InvalidJob
+from django_hopper.signals import send_logged
 from django_hopper.tasks_compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -782,9 +783,7 @@ def announce_finished(rows: Iterable[JobRow]) -> int:
             result = backend.result_from_row(row)
         except TaskResultDoesNotExist:
             continue
-        for receiver, outcome in task_finished.send_robust(type(backend), task_result=result):
-            if isinstance(outcome, Exception):
-                logger.error("a task_finished receiver %r failed: %s", receiver, outcome)
+        send_logged(task_finished, type(backend), task_result=result)
         sent += 1
     return sent
 

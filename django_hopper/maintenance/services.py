@@ -147,14 +147,9 @@ def announce_endings(rows: Sequence[JobRow]) -> None:
     sends ``task_finished`` from one) run in the leader's process; one that
     raises is logged and never stops the service. Free without receivers.
     """
-    if not signals.jobs_ended.receivers:
-        return
     ended = [r for r in rows if r.state in ("completed", "canceled", "discarded")]
-    if not ended:
-        return
-    for receiver, outcome in signals.jobs_ended.send_robust(sender=None, jobs=ended):
-        if isinstance(outcome, Exception):
-            logger.error("a jobs_ended receiver %r failed: %s", receiver, outcome)
+    if ended:
+        signals.send_logged(signals.jobs_ended, jobs=ended)
 
 
 class Scheduler(Service):

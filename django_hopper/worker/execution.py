@@ -174,12 +174,7 @@ def _call_args(job: JobRow) -> tuple[list[Any], dict[str, Any]]:
 
 def send_signal(name: str, sender: Any, **kwargs: Any) -> None:
     """Send ``django_hopper.signals.<name>``; log receiver errors instead of failing the job."""
-    signal = getattr(signals, name)
-    if not signal.receivers:  # the common case: nothing connected, nothing to build
-        return
-    for receiver, result in signal.send_robust(sender=sender, **kwargs):
-        if isinstance(result, Exception):
-            _logger.error("a %s receiver %r failed: %s", name, receiver, result)
+    signals.send_logged(getattr(signals, name), sender, **kwargs)
 
 
 def _close_old_connections() -> None:
