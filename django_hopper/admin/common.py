@@ -1,0 +1,195 @@
+"""What every hopper admin shares: read-only admins, row annotation, links and renderers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
+from django_hopper import queues
+from django_hopper.engine.base import Stats
+from django_hopper.exceptions import HopperError
+from django_hopper.models import (
+    FINAL_STATES,
+    Job,
+    JobHistory,
+)
+
+EMPTY = "-"
+
+
+def pretty(value: Any) -> SafeString:
+    """Render a JSON value indented in a <pre>, escaped."""
+    if value is None or value == {} or value == []:
+        return mark_safe(EMPTY)
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return format_html('<pre class="hopper-json">{}</pre>', text)
+
+
+#: Where a changelist keeps what it read once for all its rows (stats, job states).
+ROW_EXTRA = "_hopper_admin_extra"
+
+
+def row_extra(obj: Model) -> Any:
+    """Return what the changelist attached to a row (see ``annotate_rows``), or None."""
+    return getattr(obj, ROW_EXTRA, None)
+
+
+def row_extra_or_read(obj: Model, read: Callable[[], Any]) -> Any:
+    """Return what the changelist attached to a row, or read it (the detail page) and attach it."""
+    extra = row_extra(obj)
+    if extra is None:
+        extra = read()
+        setattr(obj, ROW_EXTRA, extra)
+    return extra
+
+
+def admin_url(model: str, view: str, *args: Any) -> str:
+    """Return the URL of one of this app's admin views, quoting primary keys as Django does."""
+    return reverse(f"admin:django_hopper_{model}_{view}", args=[quote(a) for a in args])
+
+
+def job_url(job_id: uuid.UUID, state: str) -> str:
+    """Return the admin page of a job: history for finished states, live otherwise."""
+    return admin_url("jobhistory" if state in FINAL_STATES else "job", "change", job_id)
+
+
+def job_refs(ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str | None]]:
+    """Return (state, step) of each job found, live first, then history: two queries at most.
+
+    A job moves from live to history when it finishes, so the page it lives
+    on is only known by looking; jobs in neither (deleted, or past retention)
+    are left out.
+    """
+    wanted = set(ids)
+    if not wanted:
+        return {}
+    refs: dict[uuid.UUID, tuple[str, str | None]] = {
+        i: (state, step)
+        for i, state, step in Job.objects.filter(id__in=wanted).values_list("id", "state", "step")
+    }
+    rest = wanted - refs.keys()
+    if rest:
+        rows = JobHistory.objects.filter(id__in=rest).values_list("id", "state", "step")
+        refs.update({i: (state, step) for i, state, step in rows})
+    return refs
+
+
+def job_link(job_id: uuid.UUID | None, state: str | None, label: str | None = None) -> SafeString:
+    """Link a job to its admin page with its state, or say it is gone."""
+    if job_id is None:
+        return mark_safe(EMPTY)
+    if state is None:
+        return format_html("{} <em>(gone)</em>", label or job_id)
+    return format_html('<a href="{}">{}</a> ({})', job_url(job_id, state), label or job_id, state)
+
+
+def client_link(client_id: Any) -> SafeString:
+    """Link a client's admin page."""
+    return format_html('<a href="{}">{}</a>', admin_url("client", "change", client_id), client_id)
+
+
+def seconds_text(value: dt.timedelta | float | None) -> str:
+    """Render a duration in seconds, or the empty marker."""
+    if value is None:
+        return EMPTY
+    seconds = value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+    return f"{seconds:g}s"
+
+
+def read_stats(model_admin: admin.ModelAdmin, request: HttpRequest) -> Stats:
+    """Read the cluster's stats once for a page; on failure say so and show no depths."""
+    try:
+        return queues.stats()
+    except (HopperError, NotImplementedError) as exc:
+        model_admin.message_user(request, f"Stats unavailable: {exc}", messages.WARNING)
+        return Stats()
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """An admin that shows rows and never writes them through the ORM.
+
+    Hopper's tables are written by the engine (with fences and notifications
+    the ORM knows nothing of); a form save or a bulk delete would bypass them.
+    """
+
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        """Allow the actions to users who may change the model (the admin itself never does)."""
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
+
+    def _apply_each(
+        self,
+        request: HttpRequest,
+        keys: Iterable[Any],
+        action: Callable[[Any], Any],
+        failure: Callable[[Any, HopperError], str],
+        success: Callable[[int], str],
+    ) -> None:
+        """Call an api function per selected key; report each failure, then the count."""
+        done = 0
+        for key in keys:
+            try:
+                action(key)
+            except HopperError as exc:
+                self.message_user(request, failure(key, exc), messages.ERROR)
+            else:
+                done += 1
+        if done:
+            self.message_user(request, success(done), messages.SUCCESS)
+
+    def annotate_rows(self, request: HttpRequest, rows: list[Any]) -> None:
+        """Attach to the page's rows what they show beyond their columns, read once.
+
+        Called with the rows of one changelist page; reading per row would
+        cost a query (or a full stats read) per row.
+        """
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        """Build the changelist, then let ``annotate_rows`` read once for its page."""
+        changelist = super().get_changelist_instance(request)
+        rows = list(changelist.result_list)  # evaluates (and caches) the page's queryset
+        if rows:
+            self.annotate_rows(request, rows)
+        return changelist
+
+
+class FieldsetsViewAdmin(ReadOnlyAdmin):
+    """A read-only admin whose detail page shows its fieldsets, every field read-only."""
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
+        """Make every shown field read-only, so the detail page is a view."""
+        return [f for _, opts in self.get_fieldsets(request, obj) for f in opts["fields"]]
+
+
+class UUIDSearchMixin:
+    """Search by exact ID when the term is a UUID, else by the admin's search fields."""
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        try:
+            object_id = uuid.UUID(search_term.strip())
+        except ValueError:
+            return super().get_search_results(request, queryset, search_term)  # type: ignore[misc]
+        return queryset.filter(id=object_id), False

@@ -1,0 +1,250 @@
+"""The live and the history job admins: lists, the job page and the job actions."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+from django_hopper import api
+from django_hopper.admin.common import (
+    EMPTY,
+    FieldsetsViewAdmin,
+    UUIDSearchMixin,
+    admin_url,
+    job_link,
+    job_refs,
+    pretty,
+)
+from django_hopper.engine.base import AttemptError, Progress
+from django_hopper.exceptions import HopperError
+from django_hopper.models import (
+    Batch,
+    Job,
+    JobDependency,
+    JobHistory,
+)
+
+
+class JobAdminBase(UUIDSearchMixin, FieldsetsViewAdmin):
+    """What the live and the history job admins share."""
+
+    list_display: tuple[str, ...] = (
+        "id",
+        "kind",
+        "queue",
+        "state",
+        "priority",
+        "attempts",
+        "scheduled_at",
+        "attempted_at",
+    )
+    list_filter = ("state", "queue", "kind")
+    search_fields = ("kind",)
+    search_help_text = "A job ID (exact), or part of a kind."
+    ordering = ("-id",)  # UUIDv7: newest first
+    list_per_page = 50
+    show_full_result_count = False  # a COUNT(*) of a big history table is slow
+    actions = ("retry_jobs", "cancel_jobs", "delete_jobs")
+    fieldsets: Any = (
+        (None, {"fields": ("id", "kind", "queue", "state", "priority", "attempts")}),
+        (
+            "Times",
+            {
+                "fields": (
+                    "created_at",
+                    "scheduled_at",
+                    "attempted_at",
+                    "expires_at",
+                    "cancel_requested_at",
+                )
+            },
+        ),
+        ("Input", {"fields": ("args_pretty", "metadata_pretty", "tags", "keys")}),
+        ("Run", {"fields": ("attempted_by", "fence", "snooze_reason", "progress_pretty")}),
+        ("Errors and logs", {"fields": ("errors_pretty", "logs_pretty")}),
+    )
+
+    def get_fieldsets(self, request: HttpRequest, obj: Model | None = None) -> Any:
+        """Add the batch and workflow section to jobs that belong to one."""
+        fieldsets = list(super().get_fieldsets(request, obj))
+        if isinstance(obj, Job | JobHistory) and (obj.batch_id or obj.step):
+            fieldsets.insert(
+                1,
+                (
+                    "Batch and workflow",
+                    {"fields": ("batch_link", "step", "dependencies", "dependents")},
+                ),
+            )
+        return fieldsets
+
+    # -- columns and fields -----------------------------------------------
+
+    @admin.display(description="attempts")
+    def attempts(self, obj: Job | JobHistory) -> str:
+        return f"{obj.attempt}/{obj.max_attempts}"
+
+    @admin.display(description="args")
+    def args_pretty(self, obj: Job | JobHistory) -> SafeString:
+        return pretty(obj.args)
+
+    @admin.display(description="metadata")
+    def metadata_pretty(self, obj: Job | JobHistory) -> SafeString:
+        return pretty(obj.metadata)
+
+    @admin.display(description="unique / ordering / partition key")
+    def keys(self, obj: Job | JobHistory) -> str:
+        return " / ".join(k or EMPTY for k in (obj.unique_key, obj.ordering_key, obj.partition_key))
+
+    @admin.display(description="progress")
+    def progress_pretty(self, obj: Job | JobHistory) -> SafeString:
+        progress = Progress.from_json(obj.progress)
+        if progress is None:
+            return mark_safe(EMPTY)
+        at = progress.recorded_at.isoformat() if progress.recorded_at else EMPTY
+        return format_html("step {} at {}{}", progress.step or EMPTY, at, pretty(progress.cursor))
+
+    @admin.display(description="batch / workflow")
+    def batch_link(self, obj: Job | JobHistory) -> SafeString:
+        """Link the job's batch, saying whether it is a workflow (and its name)."""
+        if obj.batch_id is None:
+            return mark_safe(EMPTY)
+        batch = Batch.objects.filter(id=obj.batch_id).only("id", "name", "is_workflow").first()
+        if batch is None:
+            return format_html("{} <em>(gone)</em>", obj.batch_id)
+        what = f"workflow {batch.name}" if batch.is_workflow else "batch"
+        return format_html(
+            '<a href="{}">{} {}</a>', admin_url("batch", "change", batch.id), what, batch.id
+        )
+
+    def _edges(self, pairs: list[tuple[uuid.UUID, str, bool]]) -> SafeString:
+        """Render (job, on_failure, reads) edges as links to the jobs, with their steps."""
+        if not pairs:
+            return mark_safe(EMPTY)
+        refs = job_refs(other for other, _, _ in pairs)
+        items = []
+        for other, on_failure, reads in pairs:
+            state, step = refs.get(other, (None, None))
+            label = f"{step} {other}" if step else str(other)
+            items.append((job_link(other, state, label), on_failure, ", reads" if reads else ""))
+        return format_html_join(mark_safe("<br>"), "{} &middot; on failure: {}{}", items)
+
+    @admin.display(description="runs after")
+    def dependencies(self, obj: Job | JobHistory) -> SafeString:
+        """Show the jobs this one waits for, each with the edge's failure policy."""
+        rows = JobDependency.objects.filter(job_id=obj.id).order_by("id")
+        return self._edges([(r.depends_on, r.on_failure, r.reads) for r in rows])
+
+    @admin.display(description="runs before")
+    def dependents(self, obj: Job | JobHistory) -> SafeString:
+        """Show the jobs that wait for this one."""
+        rows = JobDependency.objects.filter(depends_on=obj.id).order_by("id")
+        return self._edges([(r.job_id, r.on_failure, r.reads) for r in rows])
+
+    @admin.display(description="errors")
+    def errors_pretty(self, obj: Job | JobHistory) -> SafeString:
+        """Show each attempt's error, newest first, with its trace."""
+        entries = [AttemptError.from_json(e) for e in (obj.errors or []) if isinstance(e, dict)]
+        if not entries:
+            return mark_safe(EMPTY)
+        return format_html_join(
+            "",
+            "<div><strong>attempt {} at {}{}</strong>: {}<pre>{}</pre></div>",
+            (
+                (
+                    e.attempt,
+                    e.at.isoformat() if e.at else EMPTY,
+                    f" ({e.rescue})" if e.rescue else "",
+                    e.error,
+                    e.trace,
+                )
+                for e in reversed(entries)
+            ),
+        )
+
+    @admin.display(description="attempt logs")
+    def logs_pretty(self, obj: Job | JobHistory) -> SafeString:
+        """Show the attempt logs, read through the api (they live in their own table)."""
+        try:
+            logs = api.job_logs(obj.id)
+        except HopperError as exc:
+            return format_html("<em>logs unavailable: {}</em>", exc)
+        if not logs:
+            return mark_safe(EMPTY)
+        return format_html_join(
+            "",
+            "<div><strong>attempt {}{}</strong><pre>{}</pre></div>",
+            ((log.attempt, " (snoozed)" if log.snoozed else "", log.log) for log in logs),
+        )
+
+    # -- actions ------------------------------------------------------------
+
+    def _apply(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Any],
+        action: Callable[[uuid.UUID], Any],
+        verb: str,
+    ) -> None:
+        """Call an api function per selected job; report each failure, then the count."""
+        self._apply_each(
+            request,
+            queryset.values_list("id", flat=True),
+            action,
+            failure=lambda job_id, exc: (
+                f"Could not {verb} job {job_id}: {type(exc).__name__}: {exc}"
+            ),
+            success=lambda done: f"{verb.capitalize()}: {done} job(s).",
+        )
+
+    @admin.action(description="Retry selected jobs now", permissions=("operate",))
+    def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._apply(request, queryset, api.retry_job, "retry")
+
+    @admin.action(description="Cancel selected jobs", permissions=("operate",))
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._apply(request, queryset, api.cancel_job, "cancel")
+
+    @admin.action(description="Delete selected jobs", permissions=("operate",))
+    def delete_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._apply(request, queryset, api.delete_job, "delete")
+
+
+@admin.register(Job)
+class JobAdmin(JobAdminBase):
+    """Live jobs: pending, available, scheduled, retryable and running."""
+
+
+@admin.register(JobHistory)
+class JobHistoryAdmin(JobAdminBase):
+    """Finished jobs: completed, canceled and discarded."""
+
+    list_display = (
+        "id",
+        "kind",
+        "queue",
+        "state",
+        "priority",
+        "attempts",
+        "scheduled_at",
+        "finalized_at",
+    )
+    fieldsets = (
+        *JobAdminBase.fieldsets[:1],
+        (
+            "Times",
+            {"fields": ("created_at", "scheduled_at", "attempted_at", "finalized_at")},
+        ),
+        *JobAdminBase.fieldsets[2:],
+        ("Result", {"fields": ("output_pretty",)}),
+    )
+
+    @admin.display(description="output")
+    def output_pretty(self, obj: JobHistory) -> SafeString:
+        return pretty(obj.output)

@@ -1,0 +1,102 @@
+"""The periodic job admins: registrations of live clients and the last slots inserted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.db.models.functions import Now
+from django.http import HttpRequest
+from django.utils.safestring import SafeString, mark_safe
+
+from django_hopper.admin.common import (
+    EMPTY,
+    ROW_EXTRA,
+    ReadOnlyAdmin,
+    client_link,
+    job_link,
+    job_refs,
+    pretty,
+    row_extra,
+    seconds_text,
+)
+from django_hopper.models import (
+    Client,
+    PeriodicRegistration,
+    PeriodicSlot,
+)
+
+
+def _schedule_text(definition: Any) -> str:
+    """Describe a registered definition's schedule: its cron (and zone) or its interval."""
+    if not isinstance(definition, dict):
+        return EMPTY
+    if definition.get("cron"):
+        return f"cron {definition['cron']} ({definition.get('tz') or 'UTC'})"
+    if definition.get("every"):
+        return f"every {seconds_text(definition['every'])}"
+    return EMPTY
+
+
+@admin.register(PeriodicRegistration)
+class PeriodicRegistrationAdmin(ReadOnlyAdmin):
+    """Periodic jobs as the live clients declare them; the leader inserts from these."""
+
+    list_display = ("name", "schedule", "kind", "client", "short_digest", "registered_at")
+    list_filter = ("name",)
+    search_fields = ("name",)
+    ordering = ("name", "client_id")
+    fields = ("name", "schedule", "kind", "client", "digest", "registered_at", "definition_pretty")
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        """List only registrations of clients whose lease has not expired (by database time)."""
+        live = Client.objects.filter(expires_at__gt=Now()).values("id")
+        return super().get_queryset(request).filter(client_id__in=live)
+
+    @admin.display(description="schedule")
+    def schedule(self, obj: PeriodicRegistration) -> str:
+        return _schedule_text(obj.definition)
+
+    @admin.display(description="kind")
+    def kind(self, obj: PeriodicRegistration) -> str:
+        return str(obj.definition.get("kind", EMPTY)) if isinstance(obj.definition, dict) else EMPTY
+
+    @admin.display(description="client", ordering="client_id")
+    def client(self, obj: PeriodicRegistration) -> SafeString:
+        return client_link(obj.client_id)
+
+    @admin.display(description="digest")
+    def short_digest(self, obj: PeriodicRegistration) -> str:
+        return obj.digest[:12]
+
+    @admin.display(description="definition")
+    def definition_pretty(self, obj: PeriodicRegistration) -> SafeString:
+        return pretty(obj.definition)
+
+
+@admin.register(PeriodicSlot)
+class PeriodicSlotAdmin(ReadOnlyAdmin):
+    """The last slot inserted per periodic job, and the job it inserted."""
+
+    list_display = ("name", "last_slot", "inserted_at", "job")
+    search_fields = ("name",)
+    ordering = ("name",)
+    fields = ("name", "last_slot", "inserted_at", "job")
+    readonly_fields = fields
+
+    def annotate_rows(self, request: HttpRequest, rows: list[Any]) -> None:
+        """Find where each slot's job is (live or history) in two queries for the page."""
+        refs = job_refs(slot.job_id for slot in rows if slot.job_id)
+        for slot in rows:
+            setattr(slot, ROW_EXTRA, refs)
+
+    @admin.display(description="job")
+    def job(self, obj: PeriodicSlot) -> SafeString:
+        if obj.job_id is None:
+            return mark_safe(EMPTY)
+        refs = row_extra(obj)
+        if refs is None:
+            refs = job_refs([obj.job_id])
+        return job_link(obj.job_id, refs.get(obj.job_id, (None, None))[0])

@@ -1,0 +1,258 @@
+"""The queue admin: depths, pause and resume, and the limits form."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from django_hopper import queues
+from django_hopper.admin.common import (
+    EMPTY,
+    ROW_EXTRA,
+    FieldsetsViewAdmin,
+    admin_url,
+    read_stats,
+    row_extra_or_read,
+    seconds_text,
+)
+from django_hopper.engine.base import QueueStats
+from django_hopper.exceptions import HopperError, InvalidJob
+from django_hopper.models import (
+    Queue,
+)
+
+
+class QueueLimitsForm(forms.Form):
+    """The five limits of a queue. Blank or zero removes one.
+
+    The form checks types only: what a valid limit is (non-negative, a burst
+    with a rate ...) is decided by ``set_queue_limits``, whose InvalidJob
+    becomes the error of the field it names.
+    """
+
+    rate_per_sec = forms.FloatField(
+        required=False, label="Rate (jobs per second)", help_text="Claims per second, all workers."
+    )
+    burst = forms.IntegerField(
+        required=False, help_text="Tokens of the rate's bucket; blank: one second's worth."
+    )
+    global_limit = forms.IntegerField(required=False, help_text="Running jobs, all workers.")
+    partition_limit = forms.IntegerField(
+        required=False, help_text="Running jobs per partition key, all workers."
+    )
+    aging = forms.FloatField(
+        required=False,
+        label="Aging (seconds)",
+        help_text="A waiting job gains one priority level per interval waited.",
+    )
+
+    #: InvalidJob.field names that are not this form's field names.
+    API_FIELDS = {"rate_burst": "burst"}
+
+    @classmethod
+    def initial_for(cls, queue: Queue) -> dict[str, Any]:
+        """Return the form's initial values from a queue row (unset limits blank)."""
+        return {
+            "rate_per_sec": queue.rate_per_sec or None,
+            "burst": queue.rate_burst or None,
+            "global_limit": queue.global_limit or None,
+            "partition_limit": queue.partition_limit or None,
+            "aging": queue.aging.total_seconds() if queue.aging else None,
+        }
+
+    def apply(self, name: str) -> bool:
+        """Set the limits through the api; turn its refusal into form errors, return success."""
+        data = self.cleaned_data
+        try:
+            queues.set_queue_limits(
+                name,
+                rate_per_sec=data["rate_per_sec"] or 0,
+                burst=data["burst"],
+                global_limit=data["global_limit"] or 0,
+                partition_limit=data["partition_limit"] or 0,
+                aging=data["aging"] or 0,
+            )
+        except InvalidJob as exc:
+            field = self.API_FIELDS.get(exc.field or "", exc.field)
+            self.add_error(field if field in self.fields else None, str(exc))
+            return False
+        except HopperError as exc:
+            self.add_error(None, f"{type(exc).__name__}: {exc}")
+            return False
+        return True
+
+
+@admin.register(Queue)
+class QueueAdmin(FieldsetsViewAdmin):
+    """Known queues: paused or not, their limits and live depths; pause, resume, limits."""
+
+    list_display = (
+        "name",
+        "paused",
+        "available",
+        "scheduled",
+        "retryable",
+        "running",
+        "global_limit",
+        "rate",
+        "partition_limit",
+        "aging_text",
+        "limits_link",
+        "updated_at",
+    )
+    list_filter = (("paused_at", admin.EmptyFieldListFilter),)
+    search_fields = ("name",)
+    ordering = ("name",)
+    actions = ("pause_queues", "resume_queues", "set_limits")
+    fieldsets = (
+        (None, {"fields": ("name", "paused", "paused_at", "created_at", "updated_at")}),
+        ("Depths", {"fields": ("depths",)}),
+        (
+            "Limits",
+            {
+                "fields": (
+                    "global_limit",
+                    "rate",
+                    "partition_limit",
+                    "aging_text",
+                    "limits_link",
+                )
+            },
+        ),
+    )
+
+    def annotate_rows(self, request: HttpRequest, rows: list[Any]) -> None:
+        """Attach each queue's depths from one stats read for the whole page."""
+        stats = read_stats(self, request)
+        for queue in rows:
+            setattr(queue, ROW_EXTRA, stats.queues.get(queue.name, QueueStats()))
+
+    def _depths(self, obj: Queue) -> QueueStats:
+        """Return the depths attached by the changelist, or read them (the detail page)."""
+        depths: QueueStats = row_extra_or_read(
+            obj, lambda: queues.stats().queues.get(obj.name, QueueStats())
+        )
+        return depths
+
+    @admin.display(boolean=True, description="paused")
+    def paused(self, obj: Queue) -> bool:
+        return obj.paused_at is not None
+
+    @admin.display(description="available")
+    def available(self, obj: Queue) -> int:
+        return self._depths(obj).available
+
+    @admin.display(description="scheduled")
+    def scheduled(self, obj: Queue) -> int:
+        return self._depths(obj).scheduled
+
+    @admin.display(description="retryable")
+    def retryable(self, obj: Queue) -> int:
+        return self._depths(obj).retryable
+
+    @admin.display(description="running")
+    def running(self, obj: Queue) -> int:
+        return self._depths(obj).running
+
+    @admin.display(description="depths")
+    def depths(self, obj: Queue) -> str:
+        d = self._depths(obj)
+        return (
+            f"available {d.available}, scheduled {d.scheduled}, retryable {d.retryable}, "
+            f"running {d.running}; oldest available waited "
+            f"{seconds_text(d.oldest_available)}; completed in the last minute "
+            f"{d.completed_last_minute}"
+        )
+
+    @admin.display(description="rate limit")
+    def rate(self, obj: Queue) -> str:
+        if not obj.rate_per_sec:
+            return EMPTY
+        burst = f", burst {obj.rate_burst}" if obj.rate_burst else ""
+        return f"{obj.rate_per_sec:g}/s{burst}"
+
+    @admin.display(description="aging")
+    def aging_text(self, obj: Queue) -> str:
+        return seconds_text(obj.aging) if obj.aging else EMPTY
+
+    @admin.display(description="limits")
+    def limits_link(self, obj: Queue) -> SafeString:
+        return format_html('<a href="{}">set limits</a>', admin_url("queue", "limits", obj.pk))
+
+    # -- actions ------------------------------------------------------------
+
+    def _apply(
+        self, request: HttpRequest, queryset: QuerySet[Any], action: Callable[[str], Any], verb: str
+    ) -> None:
+        """Call a queues function per selected queue; report each failure, then the count."""
+        self._apply_each(
+            request,
+            queryset.values_list("name", flat=True),
+            action,
+            failure=lambda name, exc: f"Could not {verb} queue {name}: {exc}",
+            success=lambda done: f"{verb.capitalize()}d: {done} queue(s).",
+        )
+
+    @admin.action(description="Pause selected queues", permissions=("operate",))
+    def pause_queues(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._apply(request, queryset, queues.pause_queue, "pause")
+
+    @admin.action(description="Resume selected queues", permissions=("operate",))
+    def resume_queues(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._apply(request, queryset, queues.resume_queue, "resume")
+
+    @admin.action(description="Set limits of the selected queue", permissions=("operate",))
+    def set_limits(
+        self, request: HttpRequest, queryset: QuerySet[Any]
+    ) -> HttpResponseRedirect | None:
+        """Open the limits form of the one selected queue (limits differ per queue)."""
+        names = list(queryset.values_list("name", flat=True)[:2])
+        if len(names) != 1:
+            self.message_user(request, "Select exactly one queue to set limits.", messages.WARNING)
+            return None
+        return HttpResponseRedirect(admin_url("queue", "limits", names[0]))
+
+    # -- the limits form ------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        opts = self.opts
+        limits = path(
+            "<path:object_id>/limits/",
+            self.admin_site.admin_view(self.limits_view),
+            name=f"{opts.app_label}_{opts.model_name}_limits",
+        )
+        return [limits, *super().get_urls()]
+
+    def limits_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Show a queue's limits in a form and set them through ``set_queue_limits``."""
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        queue = self.get_object(request, unquote(object_id))
+        if queue is None:
+            raise Http404(f"no queue {unquote(object_id)!r}")
+        if request.method == "POST":
+            form = QueueLimitsForm(request.POST)
+            if form.is_valid() and form.apply(queue.name):
+                self.message_user(request, f"Limits of queue {queue.name} set.", messages.SUCCESS)
+                return HttpResponseRedirect(admin_url("queue", "changelist"))
+        else:
+            form = QueueLimitsForm(initial=QueueLimitsForm.initial_for(queue))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Limits of queue {queue.name}",
+            "queue": queue,
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/django_hopper/queue/limits.html", context)
