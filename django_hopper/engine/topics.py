@@ -7,11 +7,14 @@ delivery job carries:
 * A **topic** is words separated by ``.``; a word is letters, digits, ``_``,
   ``-`` and ``:``. A **pattern** is the same with two wildcard words, as in
   AMQP topic exchanges: ``*`` matches exactly one word, ``#`` zero or more.
-* A pattern compiles to one regular expression (:func:`pattern_regex`) that
-  means the same in Python's ``re`` and PostgreSQL's ``~``, and hence in
-  SQLite's ``REGEXP`` (Django registers Python's ``re`` under it). Streams
-  match it in SQL, next to the position filter; publishing matches the
-  (few) subscriptions in Python with the same expression.
+* A pattern is matched word by word (:func:`pattern_matches`), in time
+  linear in the topic's length, never by a backtracking regex; it has at
+  most :data:`MAX_PATTERN_WORDS` words. Publishing matches the (few)
+  subscriptions in Python; streams match in SQL, next to the position
+  filter: SQLite calls the same Python function (registered as
+  ``hopper_topic_matches``), PostgreSQL reads the pattern as a regex
+  (:func:`pattern_regex`) that its automaton-based ``~`` matches in linear
+  time. A test holds the two to the same answers.
 * A **delivery** is a job of the subscriber's kind, called as
   ``fn(message)``: ``args = {"args": [message], "kwargs": {}}``, where
   ``message`` is a :class:`Message`. Its metadata is the subscription's (or
@@ -50,10 +53,14 @@ DEFAULT_MAX_ATTEMPTS = 25
 DEFAULT_MAX_ATTEMPTS_KEYED = 10
 
 _WORD = r"[A-Za-z0-9_:\-]+"
-TOPIC_RE = re.compile(rf"^{_WORD}(\.{_WORD})*$")
-PATTERN_RE = re.compile(rf"^({_WORD}|\*|#)(\.({_WORD}|\*|#))*$")
-NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,255}$")
+#: Whole-string rules (``fullmatch``: a trailing newline is not a word).
+TOPIC_RE = re.compile(rf"{_WORD}(\.{_WORD})*")
+PATTERN_RE = re.compile(rf"({_WORD}|\*|#)(\.({_WORD}|\*|#))*")
+NAME_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,255}")
 MAX_LENGTH = 255
+#: Words of a pattern: enough for any real routing rule, and a bound on what
+#: one match may cost (topic words x pattern words).
+MAX_PATTERN_WORDS = 32
 
 
 class Message(TypedDict, total=False):
@@ -77,7 +84,7 @@ def check_topic(value: Any, field: str = "topic") -> str:
     """Return a valid topic or raise InvalidJob naming ``field``."""
     if not isinstance(value, str) or not value:
         raise InvalidJob(f"{field} must be a non-empty string, not {value!r}", field=field)
-    if len(value) > MAX_LENGTH or not TOPIC_RE.match(value):
+    if len(value) > MAX_LENGTH or not TOPIC_RE.fullmatch(value):
         raise InvalidJob(
             f"{field} {value!r} is malformed: words of letters, digits, '_', '-' and ':' "
             f"separated by '.' (at most {MAX_LENGTH} characters, no wildcards)",
@@ -92,10 +99,17 @@ def check_pattern(value: Any, field: str = "pattern", *, allow_empty: bool = Fal
         return value
     if not isinstance(value, str) or not value:
         raise InvalidJob(f"{field} must be a non-empty string, not {value!r}", field=field)
-    if len(value) > MAX_LENGTH or not PATTERN_RE.match(value):
+    if len(value) > MAX_LENGTH or not PATTERN_RE.fullmatch(value):
         raise InvalidJob(
             f"{field} {value!r} is malformed: words separated by '.', each a literal word "
-            f"(letters, digits, '_', '-', ':'), '*' (one word) or '#' (zero or more words)",
+            f"(letters, digits, '_', '-', ':'), '*' (one word) or '#' (zero or more words), "
+            f"at most {MAX_LENGTH} characters",
+            field=field,
+        )
+    words = value.count(".") + 1
+    if words > MAX_PATTERN_WORDS:
+        raise InvalidJob(
+            f"{field} has {words} words; a pattern has at most {MAX_PATTERN_WORDS}",
             field=field,
         )
     return value
@@ -103,7 +117,7 @@ def check_pattern(value: Any, field: str = "pattern", *, allow_empty: bool = Fal
 
 def check_name(value: Any, field: str = "name") -> str:
     """Return a valid subscription or consumer name or raise InvalidJob."""
-    if not isinstance(value, str) or not NAME_RE.match(value):
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
         raise InvalidJob(
             f"{field} must be 1..255 letters, digits, '_', '.', ':' or '-', not {value!r}",
             field=field,
@@ -243,6 +257,75 @@ def check_read(params: StreamReadParams) -> StreamReadParams:
 
 # ---------------------------------------------------------------------------
 # Matching
+#
+# A pattern is matched word by word, never by a backtracking regex: the set of
+# pattern positions a topic's prefix can have reached is carried along the
+# topic, so a match costs at most (topic words x pattern words) steps whatever
+# the pattern. PostgreSQL reads the same pattern as a regex
+# (:func:`pattern_regex`), which its automaton-based engine matches in linear
+# time; SQLite calls :func:`pattern_matches` itself (``hopper_topic_matches``).
+
+
+@lru_cache(maxsize=1024)
+def pattern_words(pattern: str) -> tuple[str, ...]:
+    """Return a (valid) pattern's words in their canonical form.
+
+    Within a run of wildcards only the count of ``*`` and whether there is a
+    ``#`` matter (``#.*`` and ``*.#`` both mean "one word or more"), so a run
+    is rewritten as its ``*`` words followed by at most one ``#``. The empty
+    pattern is ``#``.
+    """
+    words: list[str] = []
+    stars, hash_ = 0, False
+
+    def flush() -> None:
+        words.extend(["*"] * stars)
+        if hash_:
+            words.append("#")
+
+    for w in (pattern or "#").split("."):
+        if w == "*":
+            stars += 1
+        elif w == "#":
+            hash_ = True
+        else:
+            flush()
+            stars, hash_ = 0, False
+            words.append(w)
+    flush()
+    return tuple(words)
+
+
+def pattern_matches(pattern: str, topic: str) -> bool:
+    """Return whether a topic matches a pattern, in time linear in the topic's words."""
+    words = pattern_words(pattern)
+    m = len(words)
+
+    def closure(states: set[int]) -> set[int]:
+        # A "#" may match zero words: whoever stands before it also stands after it.
+        out = set(states)
+        for i in sorted(states):
+            j = i
+            while j < m and words[j] == "#":
+                j += 1
+                out.add(j)
+        return out
+
+    states = closure({0})
+    for word in topic.split("."):
+        step: set[int] = set()
+        for i in states:
+            if i == m:
+                continue
+            w = words[i]
+            if w == "#":
+                step.add(i)  # "#" eats this word; the closure lets it stop here too
+            elif w == "*" or w == word:
+                step.add(i + 1)
+        if not step:
+            return False
+        states = closure(step)
+    return m in states
 
 
 def _escape(word: str) -> str:
@@ -252,18 +335,18 @@ def _escape(word: str) -> str:
 
 @lru_cache(maxsize=1024)
 def pattern_regex(pattern: str) -> str:
-    """Compile a (valid) pattern to an anchored regex that Python's ``re`` and
-    PostgreSQL's ``~`` read alike; the empty pattern matches every topic.
+    """Compile a (valid) pattern to the anchored regex PostgreSQL's ``~`` reads;
+    the empty pattern matches every topic.
 
-    ``#`` next to ``#`` is one ``#``. A leading ``#`` eats whole words with
-    their trailing dots, any other ``#`` whole words with their leading dots,
-    so ``a.#`` matches ``a`` and ``#.b`` matches ``b``.
+    Built on :func:`pattern_words`, so a run of wildcards is ``*`` words and at
+    most one ``#``. A leading ``#`` eats whole words with their trailing dots,
+    any other ``#`` whole words with their leading dots, so ``a.#`` matches
+    ``a`` and ``#.b`` matches ``b``. Only for an automaton-based engine: a
+    backtracking one (Python's ``re``) can take exponential time on it, which
+    is why Python matches with :func:`pattern_matches`.
     """
-    words: list[str] = []
-    for w in (pattern or "#").split("."):
-        if not (w == "#" and words and words[-1] == "#"):
-            words.append(w)
-    if words == ["#"]:
+    words = pattern_words(pattern)
+    if words == ("#",):
         return "^.*$"
     out = ""
     for i, w in enumerate(words):
@@ -274,16 +357,6 @@ def pattern_regex(pattern: str) -> str:
             out += r"\."
         out += "[^.]+" if w == "*" else _escape(w)
     return f"^{out}$"
-
-
-@lru_cache(maxsize=1024)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern_regex(pattern))
-
-
-def pattern_matches(pattern: str, topic: str) -> bool:
-    """Return whether a topic matches a pattern (the regex the SQL uses)."""
-    return _compiled(pattern).match(topic) is not None
 
 
 # ---------------------------------------------------------------------------

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import random
+import re
+from functools import cache
 
 import pytest
 
@@ -11,9 +14,19 @@ from django_hopper.engine.base import (
     JobListParams,
     MessagePublishParams,
     PubSubContract,
+    StreamAppendParams,
+    StreamReadParams,
+    StreamsContract,
     SubscriptionRow,
 )
-from django_hopper.engine.topics import check_pattern, check_topic, pattern_matches
+from django_hopper.engine.topics import (
+    MAX_PATTERN_WORDS,
+    check_name,
+    check_pattern,
+    check_topic,
+    pattern_matches,
+    pattern_regex,
+)
 from django_hopper.exceptions import InvalidJob
 from tests.engine_conformance.support import HOUR, MINUTE
 
@@ -64,18 +77,118 @@ def test_pattern__follows_amqp_topic_rules(pattern: str, topic: str, matches: bo
     assert pattern_matches(pattern, topic) is matches
 
 
-@pytest.mark.parametrize("topic", ["", "a..b", ".a", "a.", "a.*", "a.#", "a b", 7])
+def amqp_matches(pattern: str, topic: str) -> bool:
+    """The AMQP rule itself, word by word: the reference the matchers are held to."""
+    p, t = (pattern or "#").split("."), topic.split(".")
+
+    @cache
+    def match(i: int, j: int) -> bool:
+        if i == len(p):
+            return j == len(t)
+        if p[i] == "#":
+            return match(i + 1, j) or (j < len(t) and match(i, j + 1))
+        return j < len(t) and p[i] in ("*", t[j]) and match(i + 1, j + 1)
+
+    return match(0, 0)
+
+
+def random_case(rng: random.Random) -> tuple[str, str]:
+    """Return a short random pattern and topic over a tiny alphabet, so that they often match."""
+    words = ["a", "b", "c:d"]
+    pattern = ".".join(rng.choice([*words, "*", "#", "#"]) for _ in range(rng.randint(1, 7)))
+    topic = ".".join(rng.choice(words) for _ in range(rng.randint(1, 8)))
+    return pattern, topic
+
+
+def test_pattern_matches__agrees_with_the_amqp_rule_and_the_regex_on_random_cases() -> None:
+    rng = random.Random(20261201)
+    for _ in range(5000):
+        pattern, topic = random_case(rng)
+        expected = amqp_matches(pattern, topic)
+        assert pattern_matches(pattern, topic) is expected, (pattern, topic)
+        # The regex PostgreSQL reads (Python's re reads it alike on such short input).
+        assert (re.match(pattern_regex(pattern), topic) is not None) is expected, (pattern, topic)
+
+
+def test_pattern__the_engines_sql_matcher_agrees_with_pattern_matches(engine: BaseEngine) -> None:
+    assert isinstance(engine, StreamsContract)
+    rng = random.Random(7)
+    cases = [random_case(rng) for _ in range(60)]
+    topics = sorted({t for _, t in cases})
+    for topic in topics:
+        engine.stream_append(StreamAppendParams(topic=topic))
+
+    for pattern, _ in cases:
+        read = engine.stream_read(StreamReadParams(pattern=pattern, limit=1000))
+        assert sorted(e.topic for e in read) == [t for t in topics if amqp_matches(pattern, t)]
+
+
+#: Wildcard runs such as ``#.*.#.*`` that make a backtracking regex try every way
+#: to split a long topic between them (minutes in Python's re at 8 repeats).
+ADVERSARIAL_PATTERN = ".".join(["#.*"] * 10) + ".z"
+LONG_TOPIC = ".".join(["w"] * 60)
+
+
+@pytest.mark.timeout(60)
+def test_pattern_matches__adversarial_wildcard_runs_match_in_linear_time() -> None:
+    assert not pattern_matches(ADVERSARIAL_PATTERN, LONG_TOPIC)
+    assert pattern_matches(ADVERSARIAL_PATTERN, LONG_TOPIC + ".z")
+    assert not pattern_matches("#.w." * 8 + "z", LONG_TOPIC)
+
+
+@pytest.mark.timeout(60)
+def test_message_publish__an_adversarial_pattern_does_not_stall_the_publish(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    subscribe(engine, db_now, ("slow", ADVERSARIAL_PATTERN), ("all", "#"))
+
+    results = publish(engine, db_now, LONG_TOPIC)
+    matched = publish(engine, db_now, LONG_TOPIC + ".z")
+
+    assert [r.job.metadata["subscription"] for r in results] == ["all"]
+    assert [r.job.metadata["subscription"] for r in matched] == ["all", "slow"]
+
+
+@pytest.mark.timeout(60)
+def test_stream_read__an_adversarial_pattern_does_not_stall_the_read(engine: BaseEngine) -> None:
+    assert isinstance(engine, StreamsContract)
+    for topic in (LONG_TOPIC, LONG_TOPIC + ".z"):
+        engine.stream_append(StreamAppendParams(topic=topic))
+
+    read = engine.stream_read(StreamReadParams(pattern=ADVERSARIAL_PATTERN, limit=10))
+
+    assert [e.topic for e in read] == [LONG_TOPIC + ".z"]
+
+
+@pytest.mark.parametrize(
+    "topic", ["", "a..b", ".a", "a.", "a.*", "a.#", "a b", 7, "pay.done\n", "x" * 256]
+)
 def test_topic__malformed_ones_are_refused_naming_the_field(topic: object) -> None:
     with pytest.raises(InvalidJob) as exc:
         check_topic(topic)
     assert exc.value.field == "topic"
 
 
-@pytest.mark.parametrize("pattern", ["", "a..b", "a.*x", "a.#b", "a b", None])
+@pytest.mark.parametrize(
+    "pattern",
+    ["", "a..b", "a.*x", "a.#b", "a b", None, "a.#\n", ".".join(["*"] * (MAX_PATTERN_WORDS + 1))],
+)
 def test_pattern__malformed_ones_are_refused_naming_the_field(pattern: object) -> None:
     with pytest.raises(InvalidJob) as exc:
         check_pattern(pattern)
     assert exc.value.field == "pattern"
+
+
+def test_pattern__the_word_bound_is_named_in_the_error() -> None:
+    check_pattern(".".join(["#"] * MAX_PATTERN_WORDS))
+    with pytest.raises(InvalidJob, match=f"at most {MAX_PATTERN_WORDS}"):
+        check_pattern(".".join(["a"] * (MAX_PATTERN_WORDS + 1)))
+
+
+def test_name__a_trailing_newline_is_refused() -> None:
+    with pytest.raises(InvalidJob) as exc:
+        check_name("audit\n")
+    assert exc.value.field == "name"
 
 
 def test_subscription_upsert__records_and_updates_by_name(
@@ -108,11 +221,12 @@ def test_subscription_upsert__records_and_updates_by_name(
     assert b.updated_at == later
 
 
+@pytest.mark.parametrize("bad", ["a..b", ".".join(["#.*"] * 20)])
 def test_subscription_upsert__refuses_a_malformed_pattern_and_writes_nothing(
-    engine: BaseEngine, db_now: dt.datetime
+    engine: BaseEngine, db_now: dt.datetime, bad: str
 ) -> None:
     with pytest.raises(InvalidJob) as exc:
-        subscribe(engine, db_now, ("good", "a.*"), ("bad", "a..b"))
+        subscribe(engine, db_now, ("good", "a.*"), ("bad", bad))
     assert exc.value.field == "pattern"
     assert pubsub(engine).subscription_list() == []
 

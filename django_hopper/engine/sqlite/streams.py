@@ -108,7 +108,7 @@ class StreamsMixin(SQLiteSupport, StreamsContract):
                 {
                     "xid": params.after.xid,
                     "seq": params.after.seq,
-                    "regex": topics.pattern_regex(params.pattern),
+                    "pattern": params.pattern,
                     "limit": params.limit,
                 },
             )
@@ -180,7 +180,7 @@ class StreamsMixin(SQLiteSupport, StreamsContract):
                 Q["stream_pump.events"],
                 {
                     "seq": consumer.position.seq,
-                    "regex": topics.pattern_regex(consumer.pattern),
+                    "pattern": consumer.pattern,
                     "limit": limit,
                 },
             )

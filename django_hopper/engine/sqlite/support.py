@@ -16,6 +16,7 @@ from django.db import Error as DjangoError
 from django.db import IntegrityError, transaction
 from django.db.backends.signals import connection_created
 
+from django_hopper.engine import topics
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.queries import load
 from django_hopper.engine.sqlite.convert import db_time, sql_json_contains
@@ -52,11 +53,18 @@ _CHECK_FIELDS = {
 _NOT_NULL = re.compile(r"NOT NULL constraint failed: \w+\.(\w+)")
 
 JSON_CONTAINS = "hopper_json_contains"
+TOPIC_MATCHES = "hopper_topic_matches"
+
+
+def sql_topic_matches(pattern: str | None, topic: str | None) -> bool:
+    """Match a topic against a pattern in SQL with the linear matcher, never a regex."""
+    return topic is not None and topics.pattern_matches(pattern or "", topic)
 
 
 def register_functions(raw: Any) -> None:
     """Register hopper's SQL functions on a raw sqlite3 connection."""
     raw.create_function(JSON_CONTAINS, 2, sql_json_contains, deterministic=True)
+    raw.create_function(TOPIC_MATCHES, 2, sql_topic_matches, deterministic=True)
 
 
 def _on_connection_created(sender: Any, connection: Any, **kwargs: Any) -> None:
@@ -136,8 +144,16 @@ class SQLiteSupport(BaseEngine):
         return transaction.atomic(using=self.alias, savepoint=savepoint)
 
     def _cursor(self) -> CursorWrapper:
-        """Return a cursor of the alias's connection for this thread."""
-        return self.connection.cursor()
+        """Return a cursor of the alias's connection for this thread, with hopper's
+        SQL functions registered even on a connection opened before this module
+        was imported (which ``connection_created`` could not reach)."""
+        wrapper = self.connection
+        cursor = wrapper.cursor()
+        raw = wrapper.connection
+        if getattr(wrapper, "_hopper_functions_on", None) is not raw:
+            register_functions(raw)
+            wrapper._hopper_functions_on = raw
+        return cursor
 
     @contextmanager
     def _short_lock_wait(self, cursor: CursorWrapper, prefix: str) -> Iterator[None]:

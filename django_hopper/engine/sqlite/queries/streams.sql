@@ -14,7 +14,7 @@ RETURNING seq;
 SELECT seq, xid, topic, key, payload, headers, message_id, created_at
 FROM hopper_stream_event
 WHERE (xid, seq) > (%(xid)s, %(seq)s)
-  AND topic REGEXP %(regex)s
+  AND hopper_topic_matches(%(pattern)s, topic)
 ORDER BY xid, seq
 LIMIT %(limit)s;
 
@@ -73,7 +73,7 @@ RETURNING name, pattern, kind, queue, max_attempts, metadata, start, snapshot, p
 SELECT seq, xid, topic, key, payload, headers, message_id, created_at
 FROM hopper_stream_event
 WHERE seq > %(seq)s
-  AND topic REGEXP %(regex)s
+  AND hopper_topic_matches(%(pattern)s, topic)
 ORDER BY seq
 LIMIT %(limit)s;
 
