@@ -10,7 +10,12 @@ Outcomes (one function each, so the rules live in one place):
 * return value -> ``completed`` with the value as output; a value that is not
   JSON fails the attempt with a clear error;
 * exception -> ``retryable`` after :func:`django_hopper.retry.backoff`, or
-  ``discarded`` once ``attempt >= max_attempts``;
+  ``discarded`` once ``attempt >= max_attempts``. Any ``BaseException`` the
+  job raises counts (``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit``,
+  a custom one): job code runs on the executor's threads, which a shutdown
+  signal never interrupts (the worker handles SIGTERM/SIGINT itself, on the
+  main thread), so whatever reaches them came from the job and ends only its
+  attempt;
 * :class:`~django_hopper.context.JobSnooze` -> ``scheduled`` with the attempt given back;
 * cancellation -> ``canceled``;
 * unknown kind -> ``discarded`` at once (retrying cannot make a kind importable);
@@ -319,7 +324,19 @@ class Executor:
         assert self._loop is not None
         asyncio.set_event_loop(self._loop)
         try:
-            self._loop.run_forever()
+            while True:
+                try:
+                    self._loop.run_forever()
+                    return  # stopped by shutdown()
+                except BaseException:
+                    # asyncio re-raises a KeyboardInterrupt or SystemExit of any
+                    # task (a child task a job started, too) out of the loop. The
+                    # task's awaiter sees it and fails its own attempt; the loop
+                    # goes on running the other attempts.
+                    _logger.warning(
+                        "a job's task raised out of the event loop; the loop goes on",
+                        exc_info=True,
+                    )
         finally:
             close_thread_connections()
 
@@ -413,7 +430,7 @@ class Executor:
                 output = ex.fn.func(ctx, *args, **kwargs)
             else:
                 output = ex.fn.func(*args, **kwargs)
-        except (Exception, SystemExit) as exc:  # a job's SystemExit must not end the worker
+        except BaseException as exc:  # whatever the job raises ends its attempt, not the worker
             return _error_outcome(ex, exc)
         return _output_outcome(ex, output)
 
@@ -445,7 +462,7 @@ class Executor:
         except asyncio.CancelledError as exc:
             ex.exception = exc
             return canceled(job, ctx.log_text())
-        except (Exception, SystemExit) as exc:
+        except BaseException as exc:  # KeyboardInterrupt would otherwise stop the event loop
             return _error_outcome(ex, exc)
         return _output_outcome(ex, output)
 

@@ -545,7 +545,11 @@ class Worker:
             self.completer.add(job, result)
             producer.release()
             return
-        except Exception as exc:  # the job's module failed to import: a failed attempt
+        except BaseException as exc:  # the job's module failed to import: a failed attempt
+            if isinstance(exc, KeyboardInterrupt) and (
+                threading.current_thread() is threading.main_thread()
+            ):
+                raise  # a real Ctrl-C of a worker run without its signal handlers
             message, trace = execution._format(exc)
             execution.job_logger(job).error("could not import the job: %s", message)
             self.completer.add(job, execution.failed(job, f"import failed: {message}", trace))

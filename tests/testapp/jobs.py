@@ -210,3 +210,54 @@ def wf_callback(context: Any, which: str) -> str:
 def on_message(message: dict[str, Any]) -> dict[str, Any]:
     """Return the message received, so a test can read it from the job's output."""
     return message
+
+
+# ---------------------------------------------------------------------------
+# Jobs that raise a BaseException that is not a shutdown signal: each must end
+# its own attempt like any error and leave the worker working.
+
+
+class JobHalt(BaseException):
+    """A custom BaseException a job raises (as some libraries do)."""
+
+
+def _base_exception(which: str) -> BaseException:
+    """Return the BaseException named ``which``."""
+    if which == "KeyboardInterrupt":
+        return KeyboardInterrupt("raised by the job")
+    if which == "GeneratorExit":
+        return GeneratorExit("raised by the job")
+    if which == "SystemExit":
+        return SystemExit("raised by the job")
+    return JobHalt("raised by the job")
+
+
+@job(max_attempts=1)
+def rt_raise_base(which: str) -> None:
+    """Raise the BaseException named ``which`` (discarded at once)."""
+    raise _base_exception(which)
+
+
+@job(max_attempts=1)
+async def rt_async_raise_base(which: str, in_child_task: bool = False) -> None:
+    """Raise the BaseException named ``which``, in this task or in a child task it awaits."""
+    import asyncio
+
+    async def child() -> None:
+        raise _base_exception(which)
+
+    if in_child_task:
+        await asyncio.gather(child())
+    raise _base_exception(which)
+
+
+@job(max_attempts=2)
+def rt_raise_base_twice(which: str) -> None:
+    """Raise the BaseException named ``which`` on every attempt (retried once, then discarded)."""
+    raise _base_exception(which)
+
+
+@job(max_attempts=2)
+async def rt_async_raise_base_twice(which: str) -> None:
+    """The ``async def`` twin of :func:`rt_raise_base_twice`."""
+    raise _base_exception(which)
