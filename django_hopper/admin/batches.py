@@ -18,6 +18,7 @@ from django_hopper.admin.common import (
     admin_url,
     job_link,
     pretty,
+    time_column,
 )
 from django_hopper.exceptions import HopperError
 from django_hopper.models import (
@@ -51,21 +52,24 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
         "total",
         "pending",
         "failed",
-        "completed_at",
-        "created_at",
+        "completed",
+        "created",
     )
     list_filter = (BatchCompletedFilter, "is_workflow")
     search_fields = ("name",)
     search_help_text = "A batch or workflow ID (exact), or part of a workflow's name."
     ordering = ("-id",)  # UUIDv7: newest first
     list_per_page = 50
-    show_full_result_count = False
+    sortable_by = ("id",)  # creation order; other sorts read the whole table
     fieldsets: Any = (
-        (None, {"fields": ("id", "name", "is_workflow", "created_at", "completed_at")}),
+        (None, {"fields": ("id", "name", "is_workflow", "created", "completed")}),
         ("Progress", {"fields": ("progress", "jobs_links")}),
         ("Callbacks", {"fields": ("on_success_pretty", "on_failure_pretty", "on_complete_pretty")}),
         ("Metadata", {"fields": ("metadata_pretty",)}),
     )
+
+    created = time_column("created_at", "created at")
+    completed = time_column("completed_at", "completed at")
 
     def get_fieldsets(self, request: HttpRequest, obj: Model | None = None) -> Any:
         """Add the steps and edges of a workflow."""

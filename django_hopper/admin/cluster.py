@@ -20,6 +20,7 @@ from django_hopper.admin.common import (
     pretty,
     read_stats,
     row_extra_or_read,
+    time_column,
 )
 from django_hopper.engine.base import Stats
 from django_hopper.models import (
@@ -36,6 +37,8 @@ class LeaseAdmin(ReadOnlyAdmin):
         live = ExpressionWrapper(Q(expires_at__gt=Now()), output_field=BooleanField())
         return super().get_queryset(request).annotate(lease_live=live)
 
+    expires = time_column("expires_at", "expires at")
+
     @admin.display(boolean=True, description="lease live", ordering="expires_at")
     def live(self, obj: Client | Leader) -> bool:
         return bool(getattr(obj, "lease_live", False))
@@ -45,7 +48,7 @@ class LeaseAdmin(ReadOnlyAdmin):
 class ClientAdmin(LeaseAdmin):
     """Worker processes and their leases; an expired lease means the client is fenced."""
 
-    list_display = ("id", "hostname", "live", "leads", "running", "started_at", "expires_at")
+    list_display = ("id", "hostname", "live", "leads", "running", "started", "expires")
     search_fields = ("hostname",)
     ordering = ("-id",)
     readonly_fields = (
@@ -54,11 +57,13 @@ class ClientAdmin(LeaseAdmin):
         "live",
         "leads",
         "running",
-        "started_at",
-        "expires_at",
+        "started",
+        "expires",
         "info_pretty",
     )
     fields = readonly_fields
+
+    started = time_column("started_at", "started at")
 
     def annotate_rows(self, request: HttpRequest, rows: list[Any]) -> None:
         """Attach the leader and running counts from one stats read for the page."""
@@ -92,9 +97,11 @@ class ClientAdmin(LeaseAdmin):
 class LeaderAdmin(LeaseAdmin):
     """The leader lease: which client runs the maintenance services."""
 
-    list_display = ("name", "client", "live", "elected_at", "expires_at")
+    list_display = ("name", "client", "live", "elected", "expires")
     ordering = ("name",)
     fields = list_display
+
+    elected = time_column("elected_at", "elected at")
     readonly_fields = fields
 
     @admin.display(description="client", ordering="client_id")

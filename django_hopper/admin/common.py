@@ -16,8 +16,10 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.timezone import is_aware, localtime
 
 from django_hopper import queues
+from django_hopper.admin.pagination import COUNT_VAR, EstimatedCountPaginator, HopperChangeList
 from django_hopper.engine.base import Stats
 from django_hopper.exceptions import HopperError
 from django_hopper.models import (
@@ -53,6 +55,23 @@ def row_extra_or_read(obj: Model, read: Callable[[], Any]) -> Any:
         extra = read()
         setattr(obj, ROW_EXTRA, extra)
     return extra
+
+
+def time_text(value: dt.datetime | None) -> str:
+    """Render a time to the second in the current time zone (leases and waits are seconds)."""
+    if value is None:
+        return EMPTY
+    return localtime(value).strftime("%Y-%m-%d %H:%M:%S") if is_aware(value) else str(value)
+
+
+def time_column(field: str, description: str) -> Any:
+    """Return an admin column showing a model's time field to the second."""
+
+    @admin.display(description=description)
+    def column(model_admin: admin.ModelAdmin, obj: Model) -> str:
+        return time_text(getattr(obj, field))
+
+    return column
 
 
 def admin_url(model: str, view: str, *args: Any) -> str:
@@ -122,7 +141,11 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     Hopper's tables are written by the engine (with fences and notifications
     the ORM knows nothing of); a form save or a bulk delete would bypass them.
+    Its pages count rows up to a bound (see ``EstimatedCountPaginator``).
     """
+
+    show_full_result_count = False  # no second COUNT(*) of the unfiltered table
+    show_facets = admin.ShowFacets.NEVER  # a count per filter choice, over the whole table
 
     def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
@@ -132,6 +155,24 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
+
+    # -- a page costs the same whatever the table's size -------------------------
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return HopperChangeList
+
+    def get_paginator(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Any],
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> EstimatedCountPaginator:
+        """Count exactly when the operator asks (``?_count=exact``), else bound the count."""
+        paginator = EstimatedCountPaginator(queryset, per_page, orphans, allow_empty_first_page)
+        paginator.exact = request.GET.get(COUNT_VAR) == "exact"
+        return paginator
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         """Allow the actions to users who may change the model (the admin itself never does)."""

@@ -20,6 +20,7 @@ from django_hopper.admin.common import (
     pretty,
     row_extra,
     seconds_text,
+    time_column,
 )
 from django_hopper.models import (
     Client,
@@ -43,12 +44,14 @@ def _schedule_text(definition: Any) -> str:
 class PeriodicRegistrationAdmin(ReadOnlyAdmin):
     """Periodic jobs as the live clients declare them; the leader inserts from these."""
 
-    list_display = ("name", "schedule", "kind", "client", "short_digest", "registered_at")
+    list_display = ("name", "schedule", "kind", "client", "short_digest", "registered")
     list_filter = ("name",)
     search_fields = ("name",)
     ordering = ("name", "client_id")
-    fields = ("name", "schedule", "kind", "client", "digest", "registered_at", "definition_pretty")
+    fields = ("name", "schedule", "kind", "client", "digest", "registered", "definition_pretty")
     readonly_fields = fields
+
+    registered = time_column("registered_at", "registered at")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         """List only registrations of clients whose lease has not expired (by database time)."""
@@ -80,11 +83,14 @@ class PeriodicRegistrationAdmin(ReadOnlyAdmin):
 class PeriodicSlotAdmin(ReadOnlyAdmin):
     """The last slot inserted per periodic job, and the job it inserted."""
 
-    list_display = ("name", "last_slot", "inserted_at", "job")
+    list_display = ("name", "last_slot_time", "inserted", "job")
     search_fields = ("name",)
     ordering = ("name",)
-    fields = ("name", "last_slot", "inserted_at", "job")
+    fields = ("name", "last_slot_time", "inserted", "job")
     readonly_fields = fields
+
+    last_slot_time = time_column("last_slot", "last slot")
+    inserted = time_column("inserted_at", "inserted at")
 
     def annotate_rows(self, request: HttpRequest, rows: list[Any]) -> None:
         """Find where each slot's job is (live or history) in two queries for the page."""

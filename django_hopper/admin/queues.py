@@ -25,7 +25,9 @@ from django_hopper.admin.common import (
     read_stats,
     row_extra_or_read,
     seconds_text,
+    time_column,
 )
+from django_hopper.admin.filters import PausedFilter
 from django_hopper.engine.base import QueueStats
 from django_hopper.exceptions import HopperError, InvalidJob
 from django_hopper.models import (
@@ -109,14 +111,14 @@ class QueueAdmin(FieldsetsViewAdmin):
         "partition_limit",
         "aging_text",
         "limits_link",
-        "updated_at",
+        "updated",
     )
-    list_filter = (("paused_at", admin.EmptyFieldListFilter),)
+    list_filter = (PausedFilter,)
     search_fields = ("name",)
     ordering = ("name",)
     actions = ("pause_queues", "resume_queues", "set_limits")
     fieldsets = (
-        (None, {"fields": ("name", "paused", "paused_at", "created_at", "updated_at")}),
+        (None, {"fields": ("name", "paused", "paused_since", "created", "updated")}),
         ("Depths", {"fields": ("depths",)}),
         (
             "Limits",
@@ -144,6 +146,10 @@ class QueueAdmin(FieldsetsViewAdmin):
             obj, lambda: queues.stats().queues.get(obj.name, QueueStats())
         )
         return depths
+
+    paused_since = time_column("paused_at", "paused at")
+    created = time_column("created_at", "created at")
+    updated = time_column("updated_at", "updated at")
 
     @admin.display(boolean=True, description="paused")
     def paused(self, obj: Queue) -> bool:
