@@ -127,6 +127,34 @@ def test_claim__plan_uses_the_partial_indexes(engine: BaseEngine, db_now: dt.dat
     assert "Seq Scan on hopper_job" not in plan
 
 
+def test_claim__unlimited_claim_settles_on_a_generic_plan(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    """The hot claim is planned once per connection, not on every call: with
+    ``LIMIT $n`` PostgreSQL would keep planning it for its parameters."""
+    engine.job_insert_copy(
+        [JobInsertParams(kind="tests.plan", queue="generic") for _ in range(20000)],
+        JobInsertOpts(now=db_now),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE hopper_job")
+    client_id = register(engine, db_now)
+    for _ in range(8):
+        insert(engine, db_now, kind="tests.plan", queue="generic")
+        claim(engine, client_id, db_now, queue="generic", limit=10)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE %s AND statement NOT LIKE %s",
+            ["%gate AS%", "%partition_running%"],
+        )
+        rows = cursor.fetchall()
+    assert rows, "the claim ran as a prepared statement"
+    generic, custom = rows[0]
+    assert generic >= 1
+    assert custom <= 5
+
+
 # -- locks inside the caller's transaction ------------------------------------
 
 

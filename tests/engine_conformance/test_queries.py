@@ -18,7 +18,7 @@ from django.utils.module_loading import import_string
 from django_hopper.engine import ENGINES
 from django_hopper.engine import base as engine_base
 from django_hopper.engine.base import BaseEngine, EngineFeatures, Listener
-from django_hopper.engine.queries import base_names, load
+from django_hopper.engine.queries import COL, JOB_COLUMNS, JOB_WIDTH, base_names, load, parse
 
 VENDORS = sorted(ENGINES)
 
@@ -97,3 +97,67 @@ def test_queries__each_engine_keeps_its_sql_in_query_files(vendor: str) -> None:
 
     assert {"job_insert_many", "job_claim", "job_finalize_many"} <= base_names(queries)
     assert all(sql.strip() for sql in queries.values()), "an empty query"
+
+
+# ---------------------------------------------------------------------------
+# The load-time substitution pass (engine/queries.py)
+
+
+@pytest.mark.parametrize("vendor", VENDORS)
+def test_queries__leave_no_template_syntax_in_what_the_server_sees(vendor: str) -> None:
+    for name, sql in load(engine_dir(vendor)).items():
+        assert "{job_" not in sql and "{no_history}" not in sql, name
+        assert "/*IF" not in sql and "/*ELSE*/" not in sql and "/*END*/" not in sql, name
+
+
+def test_queries__job_columns_expand_in_one_order_with_the_alias_on_every_column() -> None:
+    queries = parse(
+        "-- fragment: no_history\nNULL AS finalized_at, NULL AS output\n"
+        "-- name: a\nSELECT {job_columns:j} FROM hopper_job j\n"
+        "-- name: b\nSELECT {job_columns_history:h} FROM hopper_job_history h\n"
+        "-- name: c\nINSERT INTO hopper_job ({job_columns_live}) VALUES (1)\n"
+        "-- name: d\nPRAGMA busy_timeout = {ms}\n"
+    )
+
+    live = ", ".join(f"j.{c}" for c in JOB_COLUMNS[:-2])
+    assert queries["a"] == f"SELECT {live}, NULL AS finalized_at, NULL AS output FROM hopper_job j"
+    assert queries["b"].split(" FROM ")[0] == "SELECT " + ", ".join(f"h.{c}" for c in JOB_COLUMNS)
+    assert queries["c"].startswith("INSERT INTO hopper_job (id, kind, queue, ")
+    assert queries["d"] == "PRAGMA busy_timeout = {ms}", "a brace word that names no fragment"
+
+
+def test_queries__a_variant_keeps_the_sections_of_its_flags_and_the_base_the_others() -> None:
+    queries = parse(
+        "-- name: job_list\n"
+        "-- variant: job_list.newest_first NEWEST_FIRST\n"
+        "SELECT id FROM t WHERE id /*IF NEWEST_FIRST*/</*ELSE*/>/*END*/ %(after)s\n"
+        "ORDER BY id/*IF NEWEST_FIRST*/ DESC/*END*/\n"
+    )
+
+    assert queries["job_list"] == "SELECT id FROM t WHERE id > %(after)s\nORDER BY id"
+    assert queries["job_list.newest_first"] == (
+        "SELECT id FROM t WHERE id < %(after)s\nORDER BY id DESC"
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "-- name: q\n-- variant: q.v FLAG\nSELECT 1 /*IF FALG*/+ 1/*END*/\n",
+        "-- name: q\n-- variant: q.v FLAG\nSELECT 1\n",
+        "-- name: q\nSELECT 1 /*IF FLAG*/+ 1/*END*/\n",
+        "-- name: q\n-- variant: other.v FLAG\nSELECT 1 /*IF FLAG*/+ 1/*END*/\n",
+        "-- name: q\nSELECT {job_columns:j}\n",
+        "-- fragment: no_history\nNULL\n-- fragment: no_history\nNULL\n",
+    ],
+    ids=["misspelt", "untested", "undeclared", "misnamed", "no_history_missing", "twice"],
+)
+def test_queries__refuse_a_template_mistake_at_load(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse(text)
+
+
+def test_queries__name_every_column_of_a_job_row_once() -> None:
+    assert len(set(JOB_COLUMNS)) == JOB_WIDTH
+    assert [getattr(COL, name) for name in JOB_COLUMNS] == list(range(JOB_WIDTH))
+    assert JOB_COLUMNS[-3:] == ("step", "finalized_at", "output")

@@ -1,7 +1,9 @@
 """Rows <-> dataclasses for the PostgreSQL engine.
 
-Every job query returns :data:`JOB_COLUMNS` in that order, so a row converts
-by position, which is what keeps the claim and the insert cheap in Python.
+Every job query returns :data:`~django_hopper.engine.queries.JOB_COLUMNS` in
+that order, so a row converts by position (named by
+:data:`~django_hopper.engine.queries.COL`), which keeps the claim and the insert
+cheap in Python.
 Parameters go the other way: a batch of inputs becomes one array per column,
 for ``unnest`` (or one tuple per job, for COPY).
 """
@@ -27,18 +29,9 @@ from django_hopper.engine.base import (
     QueueRow,
     check_batch_job,
 )
+from django_hopper.engine.queries import COL
 from django_hopper.exceptions import InvalidJob
 from django_hopper.ids import new_ids
-
-#: The columns of every job row the queries return, in order.
-JOB_COLUMNS: tuple[str, ...] = (
-    "id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "scheduled_at",
-    "attempted_at", "attempted_by", "fence", "args", "metadata", "errors", "unique_key",
-    "ordering_key", "partition_key", "tags", "batch_id", "expires_at", "cancel_requested_at",
-    "awaited", "created_at", "snooze_reason", "progress", "lease_token", "lease_expires_at",
-    "lease_renewed_at", "step", "finalized_at", "output",
-)  # fmt: skip
-JOB_WIDTH = len(JOB_COLUMNS)
 
 
 def load_json(value: Any) -> Any:
@@ -67,38 +60,38 @@ def dump_json(value: Any, field: str) -> str:
 
 def job_from_row(r: Sequence[Any]) -> JobRow:
     """Build a JobRow from a row of :data:`JOB_COLUMNS`."""
-    errors = load_json(r[13])
-    progress = r[24]
+    errors = load_json(r[COL.errors])
+    progress = r[COL.progress]
     return JobRow(
-        id=r[0],
-        kind=r[1],
-        queue=r[2],
-        state=r[3],
-        priority=r[4],
-        attempt=r[5],
-        max_attempts=r[6],
-        scheduled_at=r[7],
-        created_at=r[22],
-        args=load_json(r[11]),
-        metadata=load_json(r[12]),
+        id=r[COL.id],
+        kind=r[COL.kind],
+        queue=r[COL.queue],
+        state=r[COL.state],
+        priority=r[COL.priority],
+        attempt=r[COL.attempt],
+        max_attempts=r[COL.max_attempts],
+        scheduled_at=r[COL.scheduled_at],
+        created_at=r[COL.created_at],
+        args=load_json(r[COL.args]),
+        metadata=load_json(r[COL.metadata]),
         errors=[AttemptError.from_json(e) for e in errors] if errors else [],
-        attempted_at=r[8],
-        attempted_by=r[9],
-        fence=r[10],
-        unique_key=r[14],
-        ordering_key=r[15],
-        partition_key=r[16],
-        tags=load_json(r[17]) or [],
-        batch_id=r[18],
-        expires_at=r[19],
-        cancel_requested_at=r[20],
-        lease_expires_at=r[26],
-        awaited=r[21],
-        snooze_reason=r[23] if r[3] == "scheduled" else None,
+        attempted_at=r[COL.attempted_at],
+        attempted_by=r[COL.attempted_by],
+        fence=r[COL.fence],
+        unique_key=r[COL.unique_key],
+        ordering_key=r[COL.ordering_key],
+        partition_key=r[COL.partition_key],
+        tags=load_json(r[COL.tags]) or [],
+        batch_id=r[COL.batch_id],
+        expires_at=r[COL.expires_at],
+        cancel_requested_at=r[COL.cancel_requested_at],
+        lease_expires_at=r[COL.lease_expires_at],
+        awaited=r[COL.awaited],
+        snooze_reason=r[COL.snooze_reason] if r[COL.state] == "scheduled" else None,
         progress=Progress.from_json(load_json(progress)) if progress is not None else None,
-        finalized_at=r[29],
-        output=load_json(r[30]),
-        step=r[28],
+        finalized_at=r[COL.finalized_at],
+        output=load_json(r[COL.output]),
+        step=r[COL.step],
     )
 
 

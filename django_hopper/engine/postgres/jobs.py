@@ -44,9 +44,10 @@ from django_hopper.engine.base import (
     RescueCandidate,
 )
 from django_hopper.engine.postgres import convert
-from django_hopper.engine.postgres.convert import JOB_WIDTH, job_from_row
+from django_hopper.engine.postgres.convert import job_from_row
 from django_hopper.engine.postgres.support import QUERIES, PostgresSupport, db_errors
 from django_hopper.engine.postgres.workflows import attach_dependencies, jobs_finished
+from django_hopper.engine.queries import COL, JOB_WIDTH
 from django_hopper.exceptions import (
     DatabaseError,
     InvalidJob,
@@ -64,11 +65,7 @@ FINAL_STATES = ("completed", "canceled", "discarded")
 #: insert and the read (finalized by a concurrent transaction) before giving up.
 _UNIQUE_ROUNDS = 5
 
-_FINALIZE_SKIP_LOCKED = QUERIES["job_finalize_many"].replace("/*SKIP_LOCKED*/", "SKIP LOCKED")
-_COMPLETED = QUERIES["job_finalize_many.completed"]
-_COMPLETED_SKIP_LOCKED = _COMPLETED.replace("/*SKIP_LOCKED*/", "SKIP LOCKED")
 _NO_DELAY = dt.timedelta(0)
-_PROGRESS_NOWAIT = QUERIES["job_record_progress"].replace("/*NOWAIT*/", "NOWAIT")
 
 #: Claims of at most this many jobs have their limit written into the statement
 #: (one prepared statement per distinct limit, so only small ones).
@@ -90,9 +87,10 @@ def _claim_sql(limit: int) -> str:
     """
     sql = _CLAIM_BY_LIMIT.get(limit)
     if sql is None:
-        sql = QUERIES["job_claim.unlimited"]
+        sql = QUERIES["job_claim"]
         if limit <= _LITERAL_LIMIT_MAX:
-            sql = sql.replace("%(limit)s", str(int(limit)))
+            literal = str(int(limit))
+            sql = sql.replace("%(limit)s", literal).replace("%(scan)s", literal)
             _CLAIM_BY_LIMIT[limit] = sql
     return sql
 
@@ -252,7 +250,7 @@ class JobsMixin(PostgresSupport):
                 "job_insert_many.existing",
                 {"kind": [p.kind for p in params], "unique_key": [p.unique_key for p in params]},
             )
-        return {(row[1], row[14]): job_from_row(row) for row in rows}
+        return {(row[COL.kind], row[COL.unique_key]): job_from_row(row) for row in rows}
 
     def _finished_duplicates(self, params: Sequence[JobInsertParams]) -> dict[int, JobRow]:
         """Return, by position in ``params``, the newest history job each input duplicates."""
@@ -338,9 +336,9 @@ class JobsMixin(PostgresSupport):
         # The unlimited path; the limited one is QueuesMixin.job_claim (queues.py).
         sql = _claim_sql(params.limit)
         rows = self._fetchall(
-            "job_claim.unlimited",
+            "job_claim",
             {"queue": params.queue, "client_id": params.client_id, "limit": params.limit,
-             "now": params.now},
+             "scan": params.limit, "now": params.now},
             sql=sql,
             prepare=True,
             generic_plan=params.limit > _LITERAL_LIMIT_MAX,
@@ -397,11 +395,13 @@ class JobsMixin(PostgresSupport):
                 "now": params.now,
                 "done_channel": CHANNEL_DONE,
             }
-            lean = _COMPLETED_SKIP_LOCKED if params.skip_locked else _COMPLETED
-            rows = self._fetchall("job_finalize_many.completed", values, sql=lean, prepare=True)
+            name = "job_finalize_many.completed"
+            name += ".skip_locked" if params.skip_locked else ""
+            rows = self._fetchall(name, values, prepare=True)
             return [JobFinalized(id=row[0], fence=row[1]) for row in rows]
         leased = any(f.lease_token is not None for f in results)
-        sql = _FINALIZE_SKIP_LOCKED if params.skip_locked and not leased else None
+        name = "job_finalize_many"
+        name += ".skip_locked" if params.skip_locked and not leased else ""
         values = {
             **convert.finalize_arrays(results),
             "now": params.now,
@@ -415,7 +415,7 @@ class JobsMixin(PostgresSupport):
             "batches": not params.no_batches,
             "insert_channel": CHANNEL_INSERT,
         }
-        rows = self._fetchall("job_finalize_many", values, sql=sql, prepare=True)
+        rows = self._fetchall(name, values, prepare=True)
         return [JobFinalized(id=row[0], fence=row[1]) for row in rows]
 
     def job_record_progress(self, params: JobRecordProgressParams) -> Progress | None:
@@ -436,11 +436,9 @@ class JobsMixin(PostgresSupport):
         elif self.connection.in_atomic_block:
             # A refused lock aborts the transaction; a savepoint keeps the caller's usable.
             with transaction.atomic(using=self.alias, savepoint=True):
-                row = self._fetchone(
-                    "job_record_progress", values, sql=_PROGRESS_NOWAIT, prepare=True
-                )
+                row = self._fetchone("job_record_progress.no_wait", values, prepare=True)
         else:
-            row = self._fetchone("job_record_progress", values, sql=_PROGRESS_NOWAIT, prepare=True)
+            row = self._fetchone("job_record_progress.no_wait", values, prepare=True)
         if row is None:
             return None
         return Progress.from_json(convert.load_json(row[0]))

@@ -22,9 +22,10 @@ from django_hopper.engine.base import (
     claim_by_id_refusal,
     lease_expiry_result,
 )
-from django_hopper.engine.postgres.convert import JOB_WIDTH, job_from_row
+from django_hopper.engine.postgres.convert import job_from_row
 from django_hopper.engine.postgres.support import PostgresSupport, db_errors
 from django_hopper.engine.postgres.workflows import attach_dependencies
+from django_hopper.engine.queries import COL, JOB_WIDTH
 from django_hopper.exceptions import InvalidJob, JobFenced
 
 _MICROSECOND = 1e-6
@@ -77,7 +78,7 @@ class LeasesMixin(PostgresSupport, LeaseStepContract):
             rows = self._fetchall("job_expire_leases", values)
             if not rows:
                 return []
-            results = [lease_expiry_result(job_from_row(r), r[25]) for r in rows]
+            results = [lease_expiry_result(job_from_row(r), r[COL.lease_token]) for r in rows]
             applied = self.job_finalize_many(JobFinalizeParams(jobs=results, now=params.now))
         ids = tuple(f.id for f in applied)
         if not ids:

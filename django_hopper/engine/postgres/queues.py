@@ -74,7 +74,7 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
                     return JobClaimResult(jobs=[], wait=plan.wait)
                 want, partition_limit = plan.limit, state.limits.partition_limit
             rows = self._fetchall(
-                "job_claim",
+                "job_claim.limited",
                 {
                     "queue": queue,
                     "client_id": params.client_id,
@@ -82,7 +82,6 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
                     "now": params.now,
                     "scan": rules.partition_scan(want, partition_limit),
                     "partition_limit": partition_limit,
-                    "limited": True,
                 },
                 prepare=True,
             )

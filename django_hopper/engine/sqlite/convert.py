@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Any, overload
 
 from django_hopper.engine.base import AttemptError, JobRow, Progress
+from django_hopper.engine.queries import COL
 from django_hopper.exceptions import InvalidJob
 
 UTC = dt.UTC
@@ -36,41 +37,6 @@ def _loads(text: str) -> Any:
 
 _UUID = uuid.UUID
 _fromiso = dt.datetime.fromisoformat
-
-#: The live job columns every job query selects, in this order; history queries
-#: add ``finalized_at`` and ``output``.
-JOB_COLUMNS = (
-    "id",
-    "kind",
-    "queue",
-    "state",
-    "priority",
-    "attempt",
-    "max_attempts",
-    "scheduled_at",
-    "attempted_at",
-    "attempted_by",
-    "fence",
-    "args",
-    "metadata",
-    "errors",
-    "unique_key",
-    "ordering_key",
-    "partition_key",
-    "tags",
-    "batch_id",
-    "expires_at",
-    "cancel_requested_at",
-    "awaited",
-    "created_at",
-    "snooze_reason",
-    "progress",
-    "lease_token",
-    "lease_expires_at",
-    "lease_renewed_at",
-)
-N_LIVE = len(JOB_COLUMNS)
-N_HISTORY = N_LIVE + 2
 
 
 def db_time(value: dt.datetime, field: str = "now") -> str:
@@ -124,43 +90,41 @@ def uuid_or_none(value: str | None) -> uuid.UUID | None:
 
 
 def job_from_row(r: Sequence[Any]) -> JobRow:
-    """Build a JobRow from a row of JOB_COLUMNS (plus finalized_at, output for history)."""
+    """Build a JobRow from a row of :data:`~django_hopper.engine.queries.JOB_COLUMNS`."""
     tm = from_db_time
-    errors = r[13]
-    progress = r[24]
-    history = len(r) >= N_HISTORY
-    output = r[29] if history else None
+    errors = r[COL.errors]
+    progress = r[COL.progress]
+    output = r[COL.output]
     return JobRow(
-        id=_UUID(r[0]),
-        kind=r[1],
-        queue=r[2],
-        state=r[3],
-        priority=r[4],
-        attempt=r[5],
-        max_attempts=r[6],
-        scheduled_at=tm(r[7]),
-        attempted_at=tm(r[8]),
-        attempted_by=r[9],
-        fence=r[10],
-        args=_loads(r[11]),
-        metadata=_loads(r[12]),
+        id=_UUID(r[COL.id]),
+        kind=r[COL.kind],
+        queue=r[COL.queue],
+        state=r[COL.state],
+        priority=r[COL.priority],
+        attempt=r[COL.attempt],
+        max_attempts=r[COL.max_attempts],
+        scheduled_at=tm(r[COL.scheduled_at]),
+        attempted_at=tm(r[COL.attempted_at]),
+        attempted_by=r[COL.attempted_by],
+        fence=r[COL.fence],
+        args=_loads(r[COL.args]),
+        metadata=_loads(r[COL.metadata]),
         errors=[AttemptError.from_json(e) for e in _loads(errors)] if errors != "[]" else [],
-        unique_key=r[14],
-        ordering_key=r[15],
-        partition_key=r[16],
-        tags=_loads(r[17]),
-        batch_id=None if r[18] is None else _UUID(r[18]),
-        expires_at=tm(r[19]),
-        cancel_requested_at=tm(r[20]),
-        awaited=bool(r[21]),
-        created_at=tm(r[22]),
-        snooze_reason=r[23],
+        unique_key=r[COL.unique_key],
+        ordering_key=r[COL.ordering_key],
+        partition_key=r[COL.partition_key],
+        tags=_loads(r[COL.tags]),
+        batch_id=None if r[COL.batch_id] is None else _UUID(r[COL.batch_id]),
+        expires_at=tm(r[COL.expires_at]),
+        cancel_requested_at=tm(r[COL.cancel_requested_at]),
+        awaited=bool(r[COL.awaited]),
+        created_at=tm(r[COL.created_at]),
+        snooze_reason=r[COL.snooze_reason],
         progress=Progress.from_json(_loads(progress)) if progress is not None else None,
-        lease_expires_at=tm(r[26]),
-        finalized_at=tm(r[28]) if history else None,
+        lease_expires_at=tm(r[COL.lease_expires_at]),
+        finalized_at=tm(r[COL.finalized_at]),
         output=_loads(output) if output is not None else None,
-        # A query that selects the step adds it after output (issue 5).
-        step=r[30] if len(r) > N_HISTORY else None,
+        step=r[COL.step],
     )
 
 

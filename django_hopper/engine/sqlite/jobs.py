@@ -42,6 +42,7 @@ from django_hopper.engine.base import (
     RescueCandidate,
     check_batch_job,
 )
+from django_hopper.engine.queries import COL
 from django_hopper.engine.sqlite.convert import (
     db_time,
     dumps,
@@ -275,7 +276,7 @@ class JobsMixin(SQLiteSupport):
             c.execute(Q["job_insert_many.replace"], {"rows": json.dumps(replace), "now": now_s})
         keys = [[params[i].kind, params[i].unique_key] for i in conflicted]
         c.execute(Q["job_insert_many.existing"], {"keys": json.dumps(keys)})
-        live = {(r[1], r[14]): r for r in c.fetchall()}
+        live = {(r[COL.kind], r[COL.unique_key]): r for r in c.fetchall()}
         for i in conflicted:
             row = live.get((params[i].kind, params[i].unique_key))
             if row is not None:
@@ -591,7 +592,7 @@ class JobsMixin(SQLiteSupport):
                 requested = bool(c.rowcount)
             c.execute(Q["job_get"], {"id": params.id.hex})
             row = c.fetchone()
-            if moved and row is not None and row[18] is not None:
+            if moved and row is not None and row[COL.batch_id] is not None:
                 from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
 
                 jobs_finished(self, c, finished_of([job_from_row(row)]), params.now)
@@ -614,16 +615,16 @@ class JobsMixin(SQLiteSupport):
             row = c.fetchone()
             if row is None:
                 problem = NotFound(f"job {params.id} does not exist")
-            elif row[3] == "running":
+            elif row[COL.state] == "running":
                 problem = JobRunning(f"job {params.id} is running; cancel it first")
-            elif row[3] in _FINAL:
+            elif row[COL.state] in _FINAL:
                 c.execute(Q["job_retry"], args)
                 if c.rowcount:
                     c.execute(Q["job_retry.history_delete"], args)
                 else:
                     problem = UniqueConflict(
-                        f"job {params.id} cannot be retried: a live {row[1]!r} job holds "
-                        f"its unique key {row[14]!r}"
+                        f"job {params.id} cannot be retried: a live {row[COL.kind]!r} job holds "
+                        f"its unique key {row[COL.unique_key]!r}"
                     )
             else:
                 c.execute(Q["job_retry.live"], args)
@@ -656,7 +657,7 @@ class JobsMixin(SQLiteSupport):
                     problem = NotFound(f"job {params.id} does not exist")
             else:
                 c.execute(Q["job_delete.logs"], args)
-                if row[18] is not None and row[28] is None:
+                if row[COL.batch_id] is not None and row[COL.finalized_at] is None:
                     # Deleted while waiting: counted as canceled, as job_cancel would.
                     from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
 
@@ -684,7 +685,7 @@ class JobsMixin(SQLiteSupport):
                 c.execute(
                     Q["job_discard_expired.delete"], {"ids": json.dumps([r[0] for r in rows])}
                 )
-                if any(r[18] is not None for r in rows):
+                if any(r[COL.batch_id] is not None for r in rows):
                     from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
 
                     expired = [job_from_row(r) for r in rows]

@@ -28,6 +28,7 @@ from django_hopper.engine.base import (
     claim_by_id_refusal,
     lease_expiry_result,
 )
+from django_hopper.engine.queries import COL
 from django_hopper.engine.sqlite.convert import db_time, from_db_time, job_from_row
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.exceptions import InvalidJob, JobFenced
@@ -64,9 +65,11 @@ class LeasesMixin(SQLiteSupport, LeaseStepContract):
             from django_hopper.engine.sqlite.workflows import attach_dependencies
 
             job = attach_dependencies(self, [job])[0]
-        expires_at = from_db_time(row[26])
+        expires_at = from_db_time(row[COL.lease_expires_at])
         return JobLeaseRow(
-            job=job, lease=LeaseFence(uuid.UUID(row[25]), job.fence), expires_at=expires_at
+            job=job,
+            lease=LeaseFence(uuid.UUID(row[COL.lease_token]), job.fence),
+            expires_at=expires_at,
         )
 
     @translate_errors
@@ -103,7 +106,9 @@ class LeasesMixin(SQLiteSupport, LeaseStepContract):
             rows = c.fetchall()
             if not rows:
                 return []
-            results = [lease_expiry_result(job_from_row(r), uuid.UUID(r[25])) for r in rows]
+            results = [
+                lease_expiry_result(job_from_row(r), uuid.UUID(r[COL.lease_token])) for r in rows
+            ]
             applied = self.job_finalize_many(JobFinalizeParams(jobs=results, now=params.now))
         ids = tuple(f.id for f in applied)
         if not ids:

@@ -1,13 +1,19 @@
 -- Job queries of the PostgreSQL engine.
 --
--- Every query that returns jobs returns the same 31 columns in the same order
--- (convert.JOB_COLUMNS): the live table's 29, then finalized_at and output
--- (NULL for live jobs). Database time is coalesce(%(now)s, now()), so tests
+-- Every query that returns jobs returns the same 31 columns in the same order,
+-- written {job_columns:alias} (a live row) or {job_columns_history:alias}
+-- (queries.JOB_COLUMNS, expanded when the file is loaded: engine/queries.py):
+-- the live table's 29, then finalized_at and output (NULL for live jobs). Database time is coalesce(%(now)s, now()), so tests
 -- can inject a clock. Optional filters are written `(%(x)s IS NULL OR ...)`:
 -- parameters are bound client side, so the planner folds the unused ones away.
 -- The hot statements (insert, claim, finalize, progress) are prepared with
 -- server-side binding instead (support.py): every parameter needs a type the
 -- server can infer, and in their generic plans the flags are one-time filters.
+
+-- fragment: no_history
+-- finalized_at and output of a live row, typed so that a UNION with history
+-- rows or a CTE's RETURNING keeps the columns' types.
+NULL::timestamptz AS finalized_at, NULL::jsonb AS output
 
 -- name: now
 SELECT now()
@@ -65,12 +71,7 @@ FROM inserted i CROSS JOIN woken
 
 -- name: job_insert_many.existing
 -- The live jobs holding the unique keys of inputs the insert skipped.
-SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
-    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
-    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
-    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
-    j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+SELECT {job_columns:j}
 FROM hopper_job j
 JOIN unnest(%(kind)s::text[], %(unique_key)s::text[]) AS k(kind, unique_key)
   ON j.kind = k.kind AND j.unique_key = k.unique_key
@@ -102,21 +103,11 @@ replaced AS (
     FROM input i
     WHERE j.kind = i.kind AND j.unique_key = i.unique_key AND j.unique_key IS NOT NULL
       AND j.state <> 'running'
-    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
-        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
-        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+    RETURNING {job_columns:j}
 )
 SELECT * FROM replaced
 UNION ALL
-SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
-    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
-    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
-    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
-    j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+SELECT {job_columns:j}
 FROM hopper_job j
 JOIN input i ON j.kind = i.kind AND j.unique_key = i.unique_key
 WHERE j.unique_key IS NOT NULL AND j.state = 'running'
@@ -124,11 +115,7 @@ WHERE j.unique_key IS NOT NULL AND j.state = 'running'
 -- name: job_insert_many.finished
 -- unique_finished: the newest job in history with the input's kind and key in
 -- one of its states (a comma-separated list), per input ordinal.
-SELECT DISTINCT ON (k.ord) k.ord, h.id, h.kind, h.queue, h.state, h.priority, h.attempt,
-    h.max_attempts, h.scheduled_at, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata,
-    h.errors, h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, h.expires_at,
-    h.cancel_requested_at, h.awaited, h.created_at, h.snooze_reason, h.progress, h.lease_token,
-    h.lease_expires_at, h.lease_renewed_at, h.step, h.finalized_at, h.output
+SELECT DISTINCT ON (k.ord) k.ord, {job_columns_history:h}
 FROM unnest(%(kind)s::text[], %(unique_key)s::text[], %(states)s::text[])
      WITH ORDINALITY AS k(kind, unique_key, states, ord)
 JOIN hopper_job_history h
@@ -148,7 +135,14 @@ COPY hopper_job (id, kind, queue, state, priority, attempt, max_attempts, schedu
 FROM STDIN (FORMAT BINARY)
 
 -- name: job_claim
--- One statement. `due` locks the best plain scheduled/retryable jobs whose
+-- variant: job_claim.limited LIMITED
+-- Two prepared statements from one text. job_claim is the unlimited path: its
+-- gate is also closed on a queue with limits (so the worker switches paths), it
+-- has no partition ranking, and the engine writes %(limit)s and %(scan)s (equal
+-- there) in as literals (jobs.py, _claim_sql) so that PostgreSQL settles on the
+-- generic plan by itself; every use of them stays an expression that is valid
+-- with a literal or a parameter. job_claim.limited (LIMITED) adds the
+-- partition limit. One statement each. `due` locks the best plain scheduled/retryable jobs whose
 -- time has come (index hopper_job_due; sorted in claim order, since a later
 -- due job may have the higher priority), `avail` the best plain available
 -- ones (index hopper_job_claim); the best `limit` of both are claimed, and the
@@ -178,9 +172,8 @@ gate AS (
     SELECT NOT EXISTS (
         SELECT 1 FROM hopper_queue q
         WHERE q.name = %(queue)s
-          AND (q.paused_at IS NOT NULL
-               OR (NOT %(limited)s AND (q.global_limit > 0 OR q.rate_per_sec > 0
-                                        OR q.partition_limit > 0))))
+          AND (q.paused_at IS NOT NULL/*IF LIMITED*//*ELSE*/ OR q.global_limit > 0
+               OR q.rate_per_sec > 0 OR q.partition_limit > 0/*END*/))
         AND EXISTS (SELECT 1 FROM hopper_client c
                     WHERE c.id = %(client_id)s
                       AND c.expires_at > coalesce(%(now)s::timestamptz, now())) AS open
@@ -272,7 +265,7 @@ kwalk AS (
                  ORDER BY x.priority DESC, x.scheduled_at, x.id
                  OFFSET %(limit)s - 1
                  LIMIT 1) u
-           WHERE %(partition_limit)s <= 0), false) AS needed
+           /*IF LIMITED*/WHERE %(partition_limit)s <= 0/*END*/), false) AS needed
 ),
 okeys AS (
     (SELECT j.ordering_key AS k
@@ -318,6 +311,7 @@ keyed AS (
     LIMIT %(scan)s
     FOR UPDATE OF j SKIP LOCKED
 ),
+/*IF LIMITED*/
 partition_running AS (
     SELECT r.partition_key, count(*) AS n
     FROM hopper_job r
@@ -325,11 +319,12 @@ partition_running AS (
       AND r.state = 'running' AND r.queue = %(queue)s AND r.partition_key IS NOT NULL
     GROUP BY r.partition_key
 ),
+/*END*/
 picked AS (
     SELECT c.id FROM (
-        SELECT u.id, u.priority, u.scheduled_at, u.partition_key,
+        SELECT u.id, u.priority, u.scheduled_at, u.partition_key/*IF LIMITED*/,
                row_number() OVER (PARTITION BY u.partition_key
-                                  ORDER BY u.priority DESC, u.scheduled_at, u.id) AS rank
+                                  ORDER BY u.priority DESC, u.scheduled_at, u.id) AS rank/*END*/
         FROM (
             SELECT a.id, a.priority, a.scheduled_at, a.partition_key FROM avail a
             UNION ALL
@@ -339,9 +334,11 @@ picked AS (
             SELECT k.id, k.priority, k.scheduled_at, k.partition_key FROM keyed k
         ) u
     ) c
+/*IF LIMITED*/
     LEFT JOIN partition_running pr ON pr.partition_key = c.partition_key
     WHERE %(partition_limit)s <= 0 OR c.partition_key IS NULL
        OR c.rank + coalesce(pr.n, 0) <= %(partition_limit)s
+/*END*/
     ORDER BY c.priority DESC, c.scheduled_at, c.id
     LIMIT %(limit)s
 ),
@@ -365,204 +362,7 @@ claimed AS (
         metadata = CASE WHEN j.ordering_key IS NOT NULL AND j.metadata ? '_hopper_wake'
                         THEN j.metadata - '_hopper_wake' ELSE j.metadata END
     WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))
-    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
-        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
-        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
-)
-SELECT * FROM claimed ORDER BY priority DESC, scheduled_at, id
-
--- name: job_claim.unlimited
--- job_claim's unlimited path: the same gate (closed on a paused queue and on
--- one with limits, so the worker switches paths), candidates, ordering-key
--- heads (window of 4 * %(limit)s + 400 rows, key walk as the fallback) and
--- writes, without the partition-limit ranking it never needs. The engine
--- writes %(limit)s in as a literal (jobs.py, _claim_sql) so that PostgreSQL
--- settles on the generic plan by itself; every use of it stays an expression
--- that is valid with a literal or a parameter.
-WITH RECURSIVE
-gate AS (
-    SELECT NOT EXISTS (
-        SELECT 1 FROM hopper_queue q
-        WHERE q.name = %(queue)s
-          AND (q.paused_at IS NOT NULL OR q.global_limit > 0 OR q.rate_per_sec > 0
-               OR q.partition_limit > 0))
-        AND EXISTS (SELECT 1 FROM hopper_client c
-                    WHERE c.id = %(client_id)s
-                      AND c.expires_at > coalesce(%(now)s::timestamptz, now())) AS open
-),
-due AS (
-    SELECT j.id, j.priority, j.scheduled_at, j.expires_at
-    FROM hopper_job j
-    WHERE j.queue = %(queue)s
-      AND j.state IN ('scheduled', 'retryable')
-      AND j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
-      AND j.ordering_key IS NULL
-      AND (SELECT open FROM gate)
-    ORDER BY j.priority DESC, j.scheduled_at, j.id
-    LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED
-),
-avail AS (
-    SELECT j.id, j.priority, j.scheduled_at
-    FROM hopper_job j
-    WHERE j.queue = %(queue)s
-      AND j.state = 'available'
-      AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
-      AND j.ordering_key IS NULL
-      AND (SELECT open FROM gate)
-    ORDER BY j.priority DESC, j.scheduled_at, j.id
-    LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED
-),
--- Ordering keys. `kwin` reads the first keyed candidates of the queue in claim
--- order (index hopper_job_keyed; a bounded window, whatever the number of keys
--- or of jobs behind a head). Every window row is non-pending, so within the window
--- only the oldest row of a key (lane_pos = 1) can be a head; `kfast` probes those,
--- best first, with one hopper_job_ordering lookup each (no older non-pending job
--- of the key) and drops keys with a running job. If the window is full and holds
--- fewer heads than needed, and the unkeyed candidates do not already fill the
--- claim ahead of the window's end, `kwalk` turns on the exhaustive key walk
--- (`okeys`/`heads`, as before), so the result is exactly the best heads.
-kwin AS (
-    SELECT w.id, w.priority, w.scheduled_at, w.ordering_key, w.claimable,
-           row_number() OVER (PARTITION BY w.ordering_key ORDER BY w.id) AS lane_pos
-    FROM (
-        SELECT j.id, j.priority, j.scheduled_at, j.ordering_key,
-               (j.state = 'available' OR j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
-                OR j.metadata ? '_hopper_wake')
-               AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now())) AS claimable
-        FROM hopper_job j
-        WHERE j.queue = %(queue)s AND j.ordering_key IS NOT NULL
-          AND j.state IN ('available', 'scheduled', 'retryable')
-          AND (SELECT open FROM gate)
-        ORDER BY j.priority DESC, j.scheduled_at, j.id
-        LIMIT (4 * %(limit)s + 400)
-    ) w
-),
-kfast AS (
-    SELECT c.id
-    FROM (
-        SELECT k.id, k.ordering_key
-        FROM kwin k
-        WHERE k.lane_pos = 1 AND k.claimable
-          AND k.ordering_key NOT IN (SELECT r.ordering_key FROM hopper_job r
-                                     WHERE r.state = 'running' AND r.queue = %(queue)s
-                                       AND r.ordering_key IS NOT NULL)
-        ORDER BY k.priority DESC, k.scheduled_at, k.id
-        OFFSET 0
-    ) c
-    -- ORDER BY/LIMIT/OFFSET keep this a per-row probe of hopper_job_ordering: flattened
-    -- into a hash anti-join it hashes every job of a big key and is quadratic.
-    WHERE NOT EXISTS (SELECT 1 FROM hopper_job o
-                      WHERE o.queue = %(queue)s AND o.ordering_key = c.ordering_key
-                        AND o.id < c.id AND o.state <> 'pending'
-                      ORDER BY o.id DESC
-                      LIMIT 1 OFFSET 0)
-    -- m exceeds n: heads locked by a concurrent claim are skipped in `keyed`.
-    LIMIT (2 * %(limit)s + 16)
-),
-kwalk AS (
-    SELECT (SELECT count(*) FROM kfast) < %(limit)s
-       AND (SELECT count(*) FROM kwin) >= (4 * %(limit)s + 400)
-       AND NOT coalesce((
-           SELECT (-l.priority, l.scheduled_at, l.id) > (-u.priority, u.scheduled_at, u.id)
-           FROM (SELECT k.priority, k.scheduled_at, k.id FROM kwin k
-                 ORDER BY k.priority, k.scheduled_at DESC, k.id DESC
-                 LIMIT 1) l,
-                (SELECT x.priority, x.scheduled_at, x.id
-                 FROM (SELECT a.priority, a.scheduled_at, a.id FROM avail a
-                       UNION ALL
-                       SELECT d.priority, d.scheduled_at, d.id FROM due d
-                       WHERE d.expires_at IS NULL OR d.expires_at > coalesce(%(now)s::timestamptz, now())) x
-                 ORDER BY x.priority DESC, x.scheduled_at, x.id
-                 OFFSET %(limit)s - 1
-                 LIMIT 1) u), false) AS needed
-),
-okeys AS (
-    (SELECT j.ordering_key AS k
-     FROM hopper_job j
-     WHERE j.queue = %(queue)s AND j.ordering_key IS NOT NULL AND (SELECT needed FROM kwalk)
-     ORDER BY j.ordering_key
-     LIMIT 1)
-    UNION ALL
-    SELECT (SELECT j.ordering_key
-            FROM hopper_job j
-            WHERE j.queue = %(queue)s AND j.ordering_key > o.k
-            ORDER BY j.ordering_key
-            LIMIT 1)
-    FROM okeys o
-    WHERE o.k IS NOT NULL
-),
-heads AS (
-    SELECT h.id
-    FROM okeys o
-    CROSS JOIN LATERAL (
-        SELECT j.id, j.state
-        FROM hopper_job j
-        WHERE j.queue = %(queue)s AND j.ordering_key = o.k AND j.state <> 'pending'
-        ORDER BY j.id
-        LIMIT 1
-    ) h
-    WHERE o.k IS NOT NULL
-      AND h.state <> 'running'
-      AND o.k NOT IN (SELECT r.ordering_key FROM hopper_job r
-                      WHERE r.state = 'running' AND r.queue = %(queue)s
-                        AND r.ordering_key IS NOT NULL)
-),
-keyed AS (
-    SELECT j.id, j.priority, j.scheduled_at
-    FROM hopper_job j
-    WHERE j.id = ANY (ARRAY(SELECT f.id FROM kfast f UNION SELECT h.id FROM heads h))
-      AND (j.state = 'available'
-           OR (j.state IN ('scheduled', 'retryable')
-               AND (j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
-                    OR j.metadata ? '_hopper_wake')))
-      AND (j.expires_at IS NULL OR j.expires_at > coalesce(%(now)s::timestamptz, now()))
-    ORDER BY j.priority DESC, j.scheduled_at, j.id
-    LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED
-),
-picked AS (
-    SELECT u.id FROM (
-        SELECT a.id, a.priority, a.scheduled_at FROM avail a
-        UNION ALL
-        SELECT d.id, d.priority, d.scheduled_at FROM due d
-        WHERE d.expires_at IS NULL OR d.expires_at > coalesce(%(now)s::timestamptz, now())
-        UNION ALL
-        SELECT k.id, k.priority, k.scheduled_at FROM keyed k
-    ) u
-    ORDER BY u.priority DESC, u.scheduled_at, u.id
-    LIMIT %(limit)s
-),
-promoted AS (
-    UPDATE hopper_job j
-    SET state = 'available', snooze_reason = NULL
-    WHERE j.id = ANY (ARRAY(SELECT d.id FROM due d
-                            WHERE d.id NOT IN (SELECT p.id FROM picked p)))
-),
-claimed AS (
-    UPDATE hopper_job j
-    SET state = 'running',
-        attempt = j.attempt + 1,
-        fence = j.fence + 1,
-        attempted_at = coalesce(%(now)s::timestamptz, now()),
-        attempted_by = %(client_id)s,
-        snooze_reason = NULL,
-        lease_token = NULL,
-        lease_expires_at = NULL,
-        lease_renewed_at = NULL,
-        metadata = CASE WHEN j.ordering_key IS NOT NULL AND j.metadata ? '_hopper_wake'
-                        THEN j.metadata - '_hopper_wake' ELSE j.metadata END
-    WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))
-    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
-        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
-        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+    RETURNING {job_columns:j}
 )
 SELECT * FROM claimed ORDER BY priority DESC, scheduled_at, id
 
@@ -589,6 +389,7 @@ promoted AS (
 SELECT count(*), coalesce(array_agg(DISTINCT queue), '{}'::text[]) FROM promoted
 
 -- name: job_finalize_many
+-- variant: job_finalize_many.skip_locked SKIP_LOCKED
 -- One statement for a batch of results. `locked` keeps the results whose job
 -- is still running in the claim that produced them (client or lease, fence),
 -- applying "cancel wins"; terminal ones move to history (or vanish, for
@@ -620,27 +421,18 @@ locked AS (
                THEN j.lease_token IS NULL AND j.attempted_by = i.attempted_by
                ELSE j.lease_token = i.lease_token END
     ORDER BY j.id
-    FOR UPDATE OF j /*SKIP_LOCKED*/
+    FOR UPDATE OF j/*IF SKIP_LOCKED*/ SKIP LOCKED/*END*/
 ),
 gone AS (
     DELETE FROM hopper_job j
     USING locked m
     WHERE j.id = m.id AND m.state IN ('completed', 'canceled', 'discarded')
-    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
-        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
-        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output, m.state AS new_state, m.dropped,
+    RETURNING {job_columns:j}, m.state AS new_state, m.dropped,
        m.error AS new_error,
               m.output AS new_output
 ),
 archived AS (
-    INSERT INTO hopper_job_history (id, kind, queue, state, priority, attempt, max_attempts,
-        scheduled_at, attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
-        ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at, awaited,
-        created_at, snooze_reason, progress, lease_token, lease_expires_at, lease_renewed_at,
-        step, finalized_at, output)
+    INSERT INTO hopper_job_history ({job_columns_history})
     SELECT g.id, g.kind, g.queue, g.new_state, g.priority, g.attempt, g.max_attempts,
            g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, g.metadata,
            CASE WHEN g.new_error IS NULL THEN g.errors
@@ -759,6 +551,7 @@ FROM locked m CROSS JOIN done CROSS JOIN dependents_woken
 ORDER BY m.ord
 
 -- name: job_finalize_many.completed
+-- variant: job_finalize_many.completed.skip_locked SKIP_LOCKED
 -- job_finalize_many for the common batch: every result completed and
 -- archived, without log, error, snooze or job lease, and no job in a batch
 -- (no_batches). Same fence and lock order; history gets the same row; the
@@ -775,7 +568,7 @@ locked AS (
     WHERE j.state = 'running' AND j.fence = i.fence
       AND j.lease_token IS NULL AND j.attempted_by = i.attempted_by
     ORDER BY j.id
-    FOR UPDATE OF j /*SKIP_LOCKED*/
+    FOR UPDATE OF j/*IF SKIP_LOCKED*/ SKIP LOCKED/*END*/
 ),
 gone AS (
     DELETE FROM hopper_job j
@@ -804,8 +597,9 @@ done AS (
 SELECT m.id, m.fence FROM locked m CROSS JOIN done ORDER BY m.ord
 
 -- name: job_record_progress
--- Fenced like a finalize, and on the attempt number too. /*NOWAIT*/ becomes
--- NOWAIT for no_wait.
+-- variant: job_record_progress.no_wait NO_WAIT
+-- Fenced like a finalize, and on the attempt number too; the no_wait variant
+-- refuses to wait for the job's row lock.
 WITH target AS (
     SELECT j.id
     FROM hopper_job j
@@ -816,7 +610,7 @@ WITH target AS (
       AND CASE WHEN %(lease_token)s::uuid IS NULL
                THEN j.lease_token IS NULL AND j.attempted_by = %(attempted_by)s::int8
                ELSE j.lease_token = %(lease_token)s::uuid END
-    FOR UPDATE /*NOWAIT*/
+    FOR UPDATE/*IF NO_WAIT*/ NOWAIT/*END*/
 )
 UPDATE hopper_job j
 SET progress = jsonb_build_object(
@@ -830,119 +624,49 @@ RETURNING j.progress
 
 -- name: job_get
 -- Live first, then the newest history row.
-(SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
-j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
-j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
-j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
-j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at,
-       NULL::jsonb AS output FROM hopper_job j WHERE j.id = %(id)s::uuid)
+(SELECT {job_columns:j} FROM hopper_job j WHERE j.id = %(id)s::uuid)
 UNION ALL
-(SELECT h.id, h.kind, h.queue, h.state, h.priority, h.attempt, h.max_attempts, h.scheduled_at,
-h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors, h.unique_key,
-h.ordering_key, h.partition_key, h.tags, h.batch_id, h.expires_at, h.cancel_requested_at,
-h.awaited, h.created_at, h.snooze_reason, h.progress, h.lease_token, h.lease_expires_at,
-h.lease_renewed_at, h.step, h.finalized_at,
-h.output FROM hopper_job_history h WHERE h.id = %(id)s::uuid
+(SELECT {job_columns_history:h} FROM hopper_job_history h WHERE h.id = %(id)s::uuid
  ORDER BY h.finalized_at DESC LIMIT 1)
 LIMIT 1
 
 -- name: job_logs
 SELECT attempt, snoozed, log FROM hopper_job_log WHERE job_id = %(id)s::uuid ORDER BY id
 
+-- fragment: job_list_where
+-- job_list's filters, the same for both tables.
+       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+       AND (%(kinds)s::text[] IS NULL OR kind = ANY (%(kinds)s::text[]))
+       AND (%(states)s::text[] IS NULL OR state = ANY (%(states)s::text[]))
+       AND (%(ordering_key)s::text IS NULL OR ordering_key = %(ordering_key)s::text)
+       AND (%(after)s::uuid IS NULL OR id /*IF NEWEST_FIRST*/</*ELSE*/>/*END*/ %(after)s::uuid)
+       AND (%(ids)s::uuid[] IS NULL OR id = ANY (%(ids)s::uuid[]))
+       AND (%(priorities)s::int2[] IS NULL OR priority = ANY (%(priorities)s::int2[]))
+       AND (%(tags_any)s::text[] IS NULL OR tags ?| %(tags_any)s::text[])
+       AND (%(tags_all)s::text[] IS NULL OR tags ?& %(tags_all)s::text[])
+       AND (%(metadata)s::jsonb IS NULL OR metadata @> %(metadata)s::jsonb)
+
 -- name: job_list
+-- variant: job_list.newest_first NEWEST_FIRST
 -- Live and history in one query, each side filtered, ordered and limited
 -- before the merge. %(live)s / %(history)s say which tables the states need.
+-- NEWEST_FIRST: the same in descending ID order.
 SELECT * FROM (
-    (SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
-    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
-    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
-    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
-    j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+    (SELECT {job_columns:j}
      FROM hopper_job j
      WHERE %(live)s
-       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-       AND (%(kinds)s::text[] IS NULL OR j.kind = ANY (%(kinds)s::text[]))
-       AND (%(states)s::text[] IS NULL OR j.state = ANY (%(states)s::text[]))
-       AND (%(ordering_key)s::text IS NULL OR j.ordering_key = %(ordering_key)s::text)
-       AND (%(after)s::uuid IS NULL OR j.id > %(after)s::uuid)
-       AND (%(ids)s::uuid[] IS NULL OR j.id = ANY (%(ids)s::uuid[]))
-       AND (%(priorities)s::int2[] IS NULL OR j.priority = ANY (%(priorities)s::int2[]))
-       AND (%(tags_any)s::text[] IS NULL OR j.tags ?| %(tags_any)s::text[])
-       AND (%(tags_all)s::text[] IS NULL OR j.tags ?& %(tags_all)s::text[])
-       AND (%(metadata)s::jsonb IS NULL OR j.metadata @> %(metadata)s::jsonb)
-     ORDER BY j.id
+{job_list_where}
+     ORDER BY j.id/*IF NEWEST_FIRST*/ DESC/*END*/
      LIMIT %(limit)s)
     UNION ALL
-    (SELECT h.id, h.kind, h.queue, h.state, h.priority, h.attempt, h.max_attempts, h.scheduled_at,
-    h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors, h.unique_key,
-    h.ordering_key, h.partition_key, h.tags, h.batch_id, h.expires_at, h.cancel_requested_at,
-    h.awaited, h.created_at, h.snooze_reason, h.progress, h.lease_token, h.lease_expires_at,
-    h.lease_renewed_at, h.step, h.finalized_at, h.output
+    (SELECT {job_columns_history:h}
      FROM hopper_job_history h
      WHERE %(history)s
-       AND (%(queue)s::text IS NULL OR h.queue = %(queue)s::text)
-       AND (%(kinds)s::text[] IS NULL OR h.kind = ANY (%(kinds)s::text[]))
-       AND (%(states)s::text[] IS NULL OR h.state = ANY (%(states)s::text[]))
-       AND (%(ordering_key)s::text IS NULL OR h.ordering_key = %(ordering_key)s::text)
-       AND (%(after)s::uuid IS NULL OR h.id > %(after)s::uuid)
-       AND (%(ids)s::uuid[] IS NULL OR h.id = ANY (%(ids)s::uuid[]))
-       AND (%(priorities)s::int2[] IS NULL OR h.priority = ANY (%(priorities)s::int2[]))
-       AND (%(tags_any)s::text[] IS NULL OR h.tags ?| %(tags_any)s::text[])
-       AND (%(tags_all)s::text[] IS NULL OR h.tags ?& %(tags_all)s::text[])
-       AND (%(metadata)s::jsonb IS NULL OR h.metadata @> %(metadata)s::jsonb)
-     ORDER BY h.id
+{job_list_where}
+     ORDER BY h.id/*IF NEWEST_FIRST*/ DESC/*END*/
      LIMIT %(limit)s)
 ) u
-ORDER BY u.id
-LIMIT %(limit)s
-
--- name: job_list.newest_first
--- job_list in descending ID order.
-SELECT * FROM (
-    (SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
-    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
-    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
-    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
-    j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
-     FROM hopper_job j
-     WHERE %(live)s
-       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-       AND (%(kinds)s::text[] IS NULL OR j.kind = ANY (%(kinds)s::text[]))
-       AND (%(states)s::text[] IS NULL OR j.state = ANY (%(states)s::text[]))
-       AND (%(ordering_key)s::text IS NULL OR j.ordering_key = %(ordering_key)s::text)
-       AND (%(after)s::uuid IS NULL OR j.id < %(after)s::uuid)
-       AND (%(ids)s::uuid[] IS NULL OR j.id = ANY (%(ids)s::uuid[]))
-       AND (%(priorities)s::int2[] IS NULL OR j.priority = ANY (%(priorities)s::int2[]))
-       AND (%(tags_any)s::text[] IS NULL OR j.tags ?| %(tags_any)s::text[])
-       AND (%(tags_all)s::text[] IS NULL OR j.tags ?& %(tags_all)s::text[])
-       AND (%(metadata)s::jsonb IS NULL OR j.metadata @> %(metadata)s::jsonb)
-     ORDER BY j.id DESC
-     LIMIT %(limit)s)
-    UNION ALL
-    (SELECT h.id, h.kind, h.queue, h.state, h.priority, h.attempt, h.max_attempts, h.scheduled_at,
-    h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors, h.unique_key,
-    h.ordering_key, h.partition_key, h.tags, h.batch_id, h.expires_at, h.cancel_requested_at,
-    h.awaited, h.created_at, h.snooze_reason, h.progress, h.lease_token, h.lease_expires_at,
-    h.lease_renewed_at, h.step, h.finalized_at, h.output
-     FROM hopper_job_history h
-     WHERE %(history)s
-       AND (%(queue)s::text IS NULL OR h.queue = %(queue)s::text)
-       AND (%(kinds)s::text[] IS NULL OR h.kind = ANY (%(kinds)s::text[]))
-       AND (%(states)s::text[] IS NULL OR h.state = ANY (%(states)s::text[]))
-       AND (%(ordering_key)s::text IS NULL OR h.ordering_key = %(ordering_key)s::text)
-       AND (%(after)s::uuid IS NULL OR h.id < %(after)s::uuid)
-       AND (%(ids)s::uuid[] IS NULL OR h.id = ANY (%(ids)s::uuid[]))
-       AND (%(priorities)s::int2[] IS NULL OR h.priority = ANY (%(priorities)s::int2[]))
-       AND (%(tags_any)s::text[] IS NULL OR h.tags ?| %(tags_any)s::text[])
-       AND (%(tags_all)s::text[] IS NULL OR h.tags ?& %(tags_all)s::text[])
-       AND (%(metadata)s::jsonb IS NULL OR h.metadata @> %(metadata)s::jsonb)
-     ORDER BY h.id DESC
-     LIMIT %(limit)s)
-) u
-ORDER BY u.id DESC
+ORDER BY u.id/*IF NEWEST_FIRST*/ DESC/*END*/
 LIMIT %(limit)s
 
 -- name: job_cancel
@@ -957,19 +681,10 @@ gone AS (
     DELETE FROM hopper_job j
     USING target t
     WHERE j.id = t.id AND t.state <> 'running'
-    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
-        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
-        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+    RETURNING {job_columns:j}
 ),
 archived AS (
-    INSERT INTO hopper_job_history (id, kind, queue, state, priority, attempt, max_attempts,
-        scheduled_at, attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
-        ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at, awaited,
-        created_at, snooze_reason, progress, lease_token, lease_expires_at, lease_renewed_at,
-        step, finalized_at, output)
+    INSERT INTO hopper_job_history ({job_columns_history})
     SELECT g.id, g.kind, g.queue, 'canceled', g.priority, g.attempt, g.max_attempts,
            g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, g.metadata,
            g.errors || jsonb_build_array(jsonb_build_object(
@@ -979,31 +694,14 @@ archived AS (
            g.step,
            c.now, NULL
     FROM gone g CROSS JOIN clock c
-    RETURNING hopper_job_history.id, hopper_job_history.kind, hopper_job_history.queue,
-        hopper_job_history.state, hopper_job_history.priority, hopper_job_history.attempt,
-        hopper_job_history.max_attempts, hopper_job_history.scheduled_at,
-        hopper_job_history.attempted_at, hopper_job_history.attempted_by,
-        hopper_job_history.fence, hopper_job_history.args, hopper_job_history.metadata,
-        hopper_job_history.errors, hopper_job_history.unique_key, hopper_job_history.ordering_key,
-        hopper_job_history.partition_key, hopper_job_history.tags, hopper_job_history.batch_id,
-        hopper_job_history.expires_at, hopper_job_history.cancel_requested_at,
-        hopper_job_history.awaited, hopper_job_history.created_at,
-        hopper_job_history.snooze_reason, hopper_job_history.progress,
-        hopper_job_history.lease_token, hopper_job_history.lease_expires_at,
-        hopper_job_history.lease_renewed_at, hopper_job_history.step,
-        hopper_job_history.finalized_at, hopper_job_history.output
+    RETURNING {job_columns_history:hopper_job_history}
 ),
 requested AS (
     UPDATE hopper_job j
     SET cancel_requested_at = coalesce(j.cancel_requested_at, c.now)
     FROM target t CROSS JOIN clock c
     WHERE j.id = t.id AND t.state = 'running'
-    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
-        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
-        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+    RETURNING {job_columns:j}
 )
 SELECT * FROM archived
 UNION ALL
@@ -1021,12 +719,7 @@ SET scheduled_at = coalesce(%(now)s::timestamptz, now()),
     state = CASE WHEN j.state = 'pending' THEN 'pending' ELSE 'available' END,
     progress = CASE WHEN %(from_start)s THEN NULL ELSE j.progress END
 WHERE j.id = %(id)s::uuid AND j.state <> 'running'
-RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
-    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
-    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
-    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
-    j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+RETURNING {job_columns:j}
 
 -- name: job_retry.history
 -- A finished job back to live, available now, one more attempt allowed if it
@@ -1041,10 +734,7 @@ h AS (
     FOR UPDATE
 ),
 revived AS (
-    INSERT INTO hopper_job AS j (id, kind, queue, state, priority, attempt, max_attempts,
-        scheduled_at, attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
-        ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at, awaited,
-        created_at, snooze_reason, progress, lease_token, lease_expires_at, lease_renewed_at, step)
+    INSERT INTO hopper_job AS j ({job_columns_live})
     SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
            CASE WHEN h.attempt >= h.max_attempts THEN h.attempt + 1 ELSE h.max_attempts END,
            c.now, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
@@ -1053,12 +743,7 @@ revived AS (
            CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step
     FROM h CROSS JOIN clock c
     ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
-        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
-        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+    RETURNING {job_columns:j}
 ),
 removed AS (
     DELETE FROM hopper_job_history d USING revived r WHERE d.id = r.id
@@ -1072,21 +757,12 @@ LEFT JOIN revived r ON true
 WITH live AS (
     DELETE FROM hopper_job j
     WHERE j.id = %(id)s::uuid AND j.state <> 'running'
-    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
-        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
-        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+    RETURNING {job_columns:j}
 ),
 hist AS (
     DELETE FROM hopper_job_history h
     WHERE h.id = %(id)s::uuid
-    RETURNING h.id, h.kind, h.queue, h.state, h.priority, h.attempt, h.max_attempts,
-        h.scheduled_at, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
-        h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, h.expires_at,
-        h.cancel_requested_at, h.awaited, h.created_at, h.snooze_reason, h.progress,
-        h.lease_token, h.lease_expires_at, h.lease_renewed_at, h.step, h.finalized_at, h.output
+    RETURNING {job_columns_history:h}
 ),
 logs AS (
     DELETE FROM hopper_job_log l
@@ -1112,18 +788,9 @@ gone AS (
     DELETE FROM hopper_job j
     USING expired e
     WHERE j.id = e.id
-    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
-        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
-        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+    RETURNING {job_columns:j}
 )
-INSERT INTO hopper_job_history (id, kind, queue, state, priority, attempt, max_attempts,
-    scheduled_at, attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
-    ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at, awaited,
-    created_at, snooze_reason, progress, lease_token, lease_expires_at, lease_renewed_at, step,
-    finalized_at, output)
+INSERT INTO hopper_job_history ({job_columns_history})
 SELECT g.id, g.kind, g.queue, 'discarded', g.priority, g.attempt, g.max_attempts,
        g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, g.metadata,
        g.errors || jsonb_build_array(jsonb_build_object(
@@ -1133,29 +800,13 @@ SELECT g.id, g.kind, g.queue, 'discarded', g.priority, g.attempt, g.max_attempts
        g.cancel_requested_at, g.awaited, g.created_at, NULL, g.progress, NULL, NULL, NULL, g.step,
        c.now, NULL
 FROM gone g CROSS JOIN clock c
-RETURNING hopper_job_history.id, hopper_job_history.kind, hopper_job_history.queue,
-    hopper_job_history.state, hopper_job_history.priority, hopper_job_history.attempt,
-    hopper_job_history.max_attempts, hopper_job_history.scheduled_at,
-    hopper_job_history.attempted_at, hopper_job_history.attempted_by, hopper_job_history.fence,
-    hopper_job_history.args, hopper_job_history.metadata, hopper_job_history.errors,
-    hopper_job_history.unique_key, hopper_job_history.ordering_key,
-    hopper_job_history.partition_key, hopper_job_history.tags, hopper_job_history.batch_id,
-    hopper_job_history.expires_at, hopper_job_history.cancel_requested_at,
-    hopper_job_history.awaited, hopper_job_history.created_at, hopper_job_history.snooze_reason,
-    hopper_job_history.progress, hopper_job_history.lease_token,
-    hopper_job_history.lease_expires_at, hopper_job_history.lease_renewed_at,
-    hopper_job_history.step, hopper_job_history.finalized_at, hopper_job_history.output
+RETURNING {job_columns_history:hopper_job_history}
 
 -- name: job_rescue_candidates
 -- Running jobs (without a job lease) whose client has no live lease, and,
 -- with %(stuck_after)s, any running job claimed before now - stuck_after.
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
-SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
-    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
-    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
-    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
-    j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output, NOT x.orphan AS stuck
+SELECT {job_columns:j}, NOT x.orphan AS stuck
 FROM hopper_job j
 CROSS JOIN clock c
 CROSS JOIN LATERAL (

@@ -46,12 +46,7 @@ claimed AS (
                         THEN j.metadata - '_hopper_wake' ELSE j.metadata END
     FROM claimable k CROSS JOIN clock c
     WHERE j.id = k.id
-    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
-    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
-    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
-    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
-    j.lease_renewed_at, j.step,
-    NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+    RETURNING {job_columns:j}
 )
 SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM target)
             THEN CASE WHEN EXISTS (SELECT 1 FROM hopper_job_history h
@@ -87,12 +82,7 @@ RETURNING j.lease_expires_at, j.cancel_requested_at IS NOT NULL
 -- larger of the lease's TTL and %(grace)s, when that is later. Nothing unless
 -- the expiring client's own lease is live.
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
-SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
-    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
-    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
-    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
-    j.lease_renewed_at, j.step,
-    NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+SELECT {job_columns:j}
 FROM hopper_job j
 CROSS JOIN clock c
 WHERE EXISTS (SELECT 1 FROM hopper_client me

@@ -64,19 +64,10 @@ WHERE b.id = %(id)s::uuid AND b.is_workflow
 -- name: workflow_get.jobs
 -- Live and finished jobs of the workflow, in insertion (ID) order.
 SELECT * FROM (
-    SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
-        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
-        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
-        NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+    SELECT {job_columns:j}
     FROM hopper_job j WHERE j.batch_id = %(id)s::uuid
     UNION ALL
-    SELECT h.id, h.kind, h.queue, h.state, h.priority, h.attempt, h.max_attempts,
-        h.scheduled_at, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
-        h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, h.expires_at,
-        h.cancel_requested_at, h.awaited, h.created_at, h.snooze_reason, h.progress,
-        h.lease_token, h.lease_expires_at, h.lease_renewed_at, h.step, h.finalized_at, h.output
+    SELECT {job_columns_history:h}
     FROM hopper_job_history h WHERE h.batch_id = %(id)s::uuid
 ) u
 ORDER BY u.id
@@ -140,11 +131,7 @@ gone AS (
     RETURNING j.*, CASE r.fail WHEN 1 THEN 'canceled' ELSE 'discarded' END AS new_state
 ),
 archived AS (
-    INSERT INTO hopper_job_history (id, kind, queue, state, priority, attempt, max_attempts,
-        scheduled_at, attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
-        ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at, awaited,
-        created_at, snooze_reason, progress, lease_token, lease_expires_at, lease_renewed_at,
-        step, finalized_at, output)
+    INSERT INTO hopper_job_history ({job_columns_history})
     SELECT g.id, g.kind, g.queue, g.new_state, g.priority, g.attempt, g.max_attempts,
            g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, g.metadata,
            g.errors || jsonb_build_array(jsonb_build_object(

@@ -7,8 +7,14 @@
 -- * Batches come in as one JSON array of arrays, read with json_each, so that a batch
 --   of any size is one statement with a fixed text (json_extract, not ->, keeps
 --   SQLite 3.35 working). JSON-valued fields travel as JSON texts inside the batch.
--- * Every job query selects the 28 live columns in the order of
---   convert.JOB_COLUMNS; history queries add finalized_at and output.
+-- * Every job query returns the same 31 columns in the same order as the PostgreSQL
+--   engine, written {job_columns} (a live row) or {job_columns_history}
+--   (queries.JOB_COLUMNS, expanded when the file is loaded: engine/queries.py): the
+--   live table's 29, then finalized_at and output (NULL for live jobs).
+
+-- fragment: no_history
+-- finalized_at and output of a live row.
+NULL AS finalized_at, NULL AS output
 
 
 -- name: job_insert_many
@@ -37,11 +43,7 @@ RETURNING id;
 -- Jobs in history that make inputs with unique_finished duplicates, newest first.
 -- %(keys)s: [input index, kind, unique_key, states as a JSON text].
 SELECT json_extract(k.value, '$[0]') AS i,
-       h.id, h.kind, h.queue, h.state, h.priority, h.attempt, h.max_attempts, h.scheduled_at,
-       h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors, h.unique_key,
-       h.ordering_key, h.partition_key, h.tags, h.batch_id, h.expires_at,
-       h.cancel_requested_at, h.awaited, h.created_at, h.snooze_reason, h.progress,
-       h.lease_token, h.lease_expires_at, h.lease_renewed_at, h.finalized_at, h.output
+       {job_columns_history:h}
 FROM json_each(%(keys)s) AS k
 JOIN hopper_job_history AS h
   ON h.kind = json_extract(k.value, '$[1]') AND h.unique_key = json_extract(k.value, '$[2]')
@@ -50,11 +52,7 @@ ORDER BY h.finalized_at DESC, h.id DESC;
 
 -- name: job_insert_many.existing
 -- The live jobs holding unique keys. %(keys)s: [kind, unique_key].
-SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
-       j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
-       j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-       j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-       j.lease_token, j.lease_expires_at, j.lease_renewed_at
+SELECT {job_columns:j}
 FROM json_each(%(keys)s) AS k
 JOIN hopper_job AS j
   ON j.kind = json_extract(k.value, '$[0]') AND j.unique_key = json_extract(k.value, '$[1]');
@@ -219,10 +217,7 @@ SET state = 'running',
                          AND json_extract(metadata, '$._hopper_wake') IS NOT NULL
                     THEN json_remove(metadata, '$._hopper_wake') ELSE metadata END
 WHERE id IN (SELECT id FROM picked)
-RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-          attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-          tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-          progress, lease_token, lease_expires_at, lease_renewed_at;
+RETURNING {job_columns};
 
 
 -- name: job_schedule
@@ -251,11 +246,7 @@ WHERE id IN (
 -- name: job_finalize_many
 -- Write to history the jobs that leave the live table, unless completed with archive
 -- off.
-INSERT INTO hopper_job_history (
-    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-    attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-    tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step)
+INSERT INTO hopper_job_history ({job_columns_history})
 SELECT j.id, j.kind, j.queue,
        CASE WHEN r.state IN ('completed', 'canceled', 'discarded') THEN r.state
             ELSE 'canceled' END,
@@ -265,7 +256,7 @@ SELECT j.id, j.kind, j.queue,
             ELSE json_insert(j.errors, '$[#]', json(r.error)) END,
        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
        j.cancel_requested_at, j.awaited, j.created_at, NULL, j.progress, NULL, NULL, NULL,
-       %(now)s, r.output, j.step
+       j.step, %(now)s, r.output
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS fence,
              json_extract(value, '$[2]') AS client, json_extract(value, '$[3]') AS lease,
              json_extract(value, '$[4]') AS state, json_extract(value, '$[8]') AS error,
@@ -389,18 +380,11 @@ PRAGMA busy_timeout = {ms};
 
 -- name: job_get
 -- Live first, then history (NULL sorts first).
-SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-       progress, lease_token, lease_expires_at, lease_renewed_at,
-       NULL AS finalized_at, NULL AS output, step
+SELECT {job_columns}
 FROM hopper_job
 WHERE id = %(id)s
 UNION ALL
-SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-       progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step
+SELECT {job_columns_history}
 FROM hopper_job_history
 WHERE id = %(id)s
 ORDER BY finalized_at
@@ -414,19 +398,9 @@ WHERE job_id = %(id)s
 ORDER BY id;
 
 
--- name: job_list
--- Live and history together in ID order. Unset filters are NULL; list filters are
--- JSON arrays. %(after)s is '' when unset (every hex ID sorts after it), which keeps
--- the ID range usable by the primary key index. %(live)s and %(history)s say which
--- tables the states filter reads.
-SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-       progress, lease_token, lease_expires_at, lease_renewed_at,
-       NULL AS finalized_at, NULL AS output
-FROM hopper_job
-WHERE %(live)s
-  AND id > %(after)s
+-- fragment: job_list_where
+-- job_list's filters, the same for both tables.
+  AND id /*IF NEWEST_FIRST*/</*ELSE*/>/*END*/ %(after)s
   AND (%(queue)s IS NULL OR queue = %(queue)s)
   AND (%(ordering_key)s IS NULL OR ordering_key = %(ordering_key)s)
   AND (%(kinds)s IS NULL OR kind IN (SELECT value FROM json_each(%(kinds)s)))
@@ -440,92 +414,36 @@ WHERE %(live)s
         SELECT 1 FROM json_each(%(tags_all)s) AS w
         WHERE w.value NOT IN (SELECT value FROM json_each(tags))))
   AND (%(metadata)s IS NULL OR hopper_json_contains(metadata, %(metadata)s))
-UNION ALL
-SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-       progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output
-FROM hopper_job_history
-WHERE %(history)s
-  AND id > %(after)s
-  AND (%(queue)s IS NULL OR queue = %(queue)s)
-  AND (%(ordering_key)s IS NULL OR ordering_key = %(ordering_key)s)
-  AND (%(kinds)s IS NULL OR kind IN (SELECT value FROM json_each(%(kinds)s)))
-  AND (%(states)s IS NULL OR state IN (SELECT value FROM json_each(%(states)s)))
-  AND (%(ids)s IS NULL OR id IN (SELECT value FROM json_each(%(ids)s)))
-  AND (%(priorities)s IS NULL OR priority IN (SELECT value FROM json_each(%(priorities)s)))
-  AND (%(tags_any)s IS NULL OR EXISTS (
-        SELECT 1 FROM json_each(tags) AS t
-        WHERE t.value IN (SELECT value FROM json_each(%(tags_any)s))))
-  AND (%(tags_all)s IS NULL OR NOT EXISTS (
-        SELECT 1 FROM json_each(%(tags_all)s) AS w
-        WHERE w.value NOT IN (SELECT value FROM json_each(tags))))
-  AND (%(metadata)s IS NULL OR hopper_json_contains(metadata, %(metadata)s))
-ORDER BY id
-LIMIT %(limit)s;
 
--- name: job_list.newest_first
--- job_list in descending ID order; %(after)s is 'g' when unset (after every hex ID).
-SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-       progress, lease_token, lease_expires_at, lease_renewed_at,
-       NULL AS finalized_at, NULL AS output
+-- name: job_list
+-- variant: job_list.newest_first NEWEST_FIRST
+-- Live and history together in ID order (NEWEST_FIRST: descending). Unset filters
+-- are NULL; list filters are JSON arrays. %(after)s is '' when unset ('g' newest
+-- first: every hex ID sorts between), which keeps the ID range usable by the primary
+-- key index. %(live)s and %(history)s say which tables the states filter reads.
+SELECT {job_columns}
 FROM hopper_job
 WHERE %(live)s
-  AND id < %(after)s
-  AND (%(queue)s IS NULL OR queue = %(queue)s)
-  AND (%(ordering_key)s IS NULL OR ordering_key = %(ordering_key)s)
-  AND (%(kinds)s IS NULL OR kind IN (SELECT value FROM json_each(%(kinds)s)))
-  AND (%(states)s IS NULL OR state IN (SELECT value FROM json_each(%(states)s)))
-  AND (%(ids)s IS NULL OR id IN (SELECT value FROM json_each(%(ids)s)))
-  AND (%(priorities)s IS NULL OR priority IN (SELECT value FROM json_each(%(priorities)s)))
-  AND (%(tags_any)s IS NULL OR EXISTS (
-        SELECT 1 FROM json_each(tags) AS t
-        WHERE t.value IN (SELECT value FROM json_each(%(tags_any)s))))
-  AND (%(tags_all)s IS NULL OR NOT EXISTS (
-        SELECT 1 FROM json_each(%(tags_all)s) AS w
-        WHERE w.value NOT IN (SELECT value FROM json_each(tags))))
-  AND (%(metadata)s IS NULL OR hopper_json_contains(metadata, %(metadata)s))
+{job_list_where}
 UNION ALL
-SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-       progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output
+SELECT {job_columns_history}
 FROM hopper_job_history
 WHERE %(history)s
-  AND id < %(after)s
-  AND (%(queue)s IS NULL OR queue = %(queue)s)
-  AND (%(ordering_key)s IS NULL OR ordering_key = %(ordering_key)s)
-  AND (%(kinds)s IS NULL OR kind IN (SELECT value FROM json_each(%(kinds)s)))
-  AND (%(states)s IS NULL OR state IN (SELECT value FROM json_each(%(states)s)))
-  AND (%(ids)s IS NULL OR id IN (SELECT value FROM json_each(%(ids)s)))
-  AND (%(priorities)s IS NULL OR priority IN (SELECT value FROM json_each(%(priorities)s)))
-  AND (%(tags_any)s IS NULL OR EXISTS (
-        SELECT 1 FROM json_each(tags) AS t
-        WHERE t.value IN (SELECT value FROM json_each(%(tags_any)s))))
-  AND (%(tags_all)s IS NULL OR NOT EXISTS (
-        SELECT 1 FROM json_each(%(tags_all)s) AS w
-        WHERE w.value NOT IN (SELECT value FROM json_each(tags))))
-  AND (%(metadata)s IS NULL OR hopper_json_contains(metadata, %(metadata)s))
-ORDER BY id DESC
+{job_list_where}
+ORDER BY id/*IF NEWEST_FIRST*/ DESC/*END*/
 LIMIT %(limit)s;
 
 
 -- name: job_cancel
 -- A waiting job goes to history as canceled, with an error entry hopper records itself.
-INSERT INTO hopper_job_history (
-    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-    attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-    tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step)
+INSERT INTO hopper_job_history ({job_columns_history})
 SELECT id, kind, queue, 'canceled', priority, attempt, max_attempts, scheduled_at,
        attempted_at, attempted_by, fence, args, metadata,
        json_insert(errors, '$[#]', json_object('at', %(at)s, 'attempt', attempt,
                                                'error', 'canceled', 'rescue', 'canceled')),
        unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
        cancel_requested_at, awaited, created_at, NULL, progress, NULL, NULL, NULL,
-       %(now)s, NULL, step
+       step, %(now)s, NULL
 FROM hopper_job
 WHERE id = %(id)s AND state IN ('pending', 'available', 'scheduled', 'retryable');
 
@@ -543,11 +461,7 @@ WHERE id = %(id)s AND state = 'running';
 
 -- name: job_retry
 -- From history back to live, available now, unless a live job holds its unique key.
-INSERT INTO hopper_job (
-    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-    attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-    tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-    progress, lease_token, lease_expires_at, lease_renewed_at, step)
+INSERT INTO hopper_job ({job_columns_live})
 SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
        CASE WHEN h.attempt >= h.max_attempts THEN h.attempt + 1 ELSE h.max_attempts END,
        %(now)s, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
@@ -579,18 +493,12 @@ WHERE id = %(id)s AND state <> 'running';
 -- A live job that is not running, as it was.
 DELETE FROM hopper_job
 WHERE id = %(id)s AND state <> 'running'
-RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-          attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-          tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-          progress, lease_token, lease_expires_at, lease_renewed_at, NULL, NULL, step;
+RETURNING {job_columns};
 
 -- name: job_delete.history
 DELETE FROM hopper_job_history
 WHERE id = %(id)s
-RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-          attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-          tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-          progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output;
+RETURNING {job_columns_history};
 
 -- name: job_delete.logs
 DELETE FROM hopper_job_log
@@ -602,11 +510,7 @@ SELECT 1 FROM hopper_job WHERE id = %(id)s;
 
 -- name: job_discard_expired
 -- Waiting jobs past their TTL go to history as discarded.
-INSERT INTO hopper_job_history (
-    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-    attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-    tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step)
+INSERT INTO hopper_job_history ({job_columns_history})
 SELECT id, kind, queue, 'discarded', priority, attempt, max_attempts, scheduled_at,
        attempted_at, attempted_by, fence, args, metadata,
        json_insert(errors, '$[#]', json_object('at', %(at)s, 'attempt', attempt,
@@ -614,7 +518,7 @@ SELECT id, kind, queue, 'discarded', priority, attempt, max_attempts, scheduled_
                                                'rescue', 'ttl_expired')),
        unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
        cancel_requested_at, awaited, created_at, NULL, progress, NULL, NULL, NULL,
-       %(now)s, NULL, step
+       step, %(now)s, NULL
 FROM hopper_job
 WHERE id IN (
     SELECT id
@@ -623,10 +527,7 @@ WHERE id IN (
       AND expires_at <= %(now)s
     ORDER BY expires_at, id
     LIMIT %(limit)s)
-RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-          attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-          tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-          progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step;
+RETURNING {job_columns_history};
 
 -- name: job_discard_expired.delete
 DELETE FROM hopper_job
@@ -640,11 +541,7 @@ SELECT CASE WHEN j.lease_token IS NULL
                  AND NOT EXISTS (SELECT 1 FROM hopper_client AS c
                                  WHERE c.id = j.attempted_by AND c.expires_at > %(now)s)
             THEN 0 ELSE 1 END AS stuck,
-       j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
-       j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
-       j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-       j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-       j.lease_token, j.lease_expires_at, j.lease_renewed_at
+       {job_columns:j}
 FROM hopper_job AS j
 WHERE j.state = 'running'
   AND ((j.lease_token IS NULL

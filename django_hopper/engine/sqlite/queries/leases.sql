@@ -37,12 +37,7 @@ WHERE id = %(id)s
         WHERE o.queue = hopper_job.queue AND o.ordering_key = hopper_job.ordering_key
           AND o.id <> hopper_job.id
           AND (o.state = 'running' OR (o.state <> 'pending' AND o.id < hopper_job.id))))
-RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at,
-       attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
-       ordering_key, partition_key, tags, batch_id, expires_at,
-       cancel_requested_at, awaited, created_at, snooze_reason, progress,
-       lease_token, lease_expires_at, lease_renewed_at,
-          NULL AS finalized_at, NULL AS output, step;
+RETURNING {job_columns};
 
 -- name: job_claim_by_id.status
 -- Why the claim refused, the first rule that applies in the seed's order.
@@ -73,11 +68,7 @@ RETURNING lease_expires_at, cancel_requested_at;
 -- after the lease was last renewed and no later than now, at the first such
 -- start plus the larger of the lease's TTL and %(grace_us)s, when that is
 -- later. Nothing unless the expiring client's own lease is live.
-SELECT j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
-       j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
-       j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-       j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-       j.lease_token, j.lease_expires_at, j.lease_renewed_at
+SELECT {job_columns:j}
 FROM hopper_job AS j
 WHERE EXISTS (SELECT 1 FROM hopper_client AS me
               WHERE me.id = %(client_id)s AND me.expires_at > %(now)s)

@@ -37,18 +37,11 @@ WHERE b.id = %(id)s AND b.is_workflow;
 
 -- name: workflow_get.jobs
 -- Live and finished jobs in ID order; the step follows output (convert.job_from_row).
-SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-       progress, lease_token, lease_expires_at, lease_renewed_at,
-       NULL AS finalized_at, NULL AS output, step
+SELECT {job_columns}
 FROM hopper_job
 WHERE batch_id = %(id)s
 UNION ALL
-SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-       progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step
+SELECT {job_columns_history}
 FROM hopper_job_history
 WHERE batch_id = %(id)s
 ORDER BY id;
@@ -90,11 +83,7 @@ RETURNING queue;
 -- name: workflow_promote_ready.archive
 -- Pending jobs a failed dependency fails: to history as %(fails)s says
 -- ([id, state]), with an error entry hopper records itself.
-INSERT INTO hopper_job_history (
-    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-    attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-    tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step)
+INSERT INTO hopper_job_history ({job_columns_history})
 SELECT j.id, j.kind, j.queue, json_extract(f.value, '$[1]'), j.priority, j.attempt,
        j.max_attempts, j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args,
        j.metadata,
@@ -103,7 +92,7 @@ SELECT j.id, j.kind, j.queue, json_extract(f.value, '$[1]'), j.priority, j.attem
            'error', 'a dependency was canceled or discarded', 'rescue', 'dependency_failed')),
        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
        j.cancel_requested_at, j.awaited, j.created_at, NULL, j.progress, NULL, NULL, NULL,
-       %(now)s, NULL, j.step
+       j.step, %(now)s, NULL
 FROM json_each(%(fails)s) AS f
 JOIN hopper_job AS j ON j.id = json_extract(f.value, '$[0]')
 WHERE j.state = 'pending';
