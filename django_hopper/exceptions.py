@@ -2,10 +2,16 @@
 
 Engines translate driver errors into these at their boundary, so code above
 the engine never sees a psycopg or sqlite3 exception. Input errors subclass
-``ValueError`` so that callers validating forms can catch them as such.
+``ValueError`` so that callers validating forms can catch them as such, and
+database errors subclass Django's (``django.db.DatabaseError``, and
+``django.db.OperationalError`` for a lost connection), so that code written for
+the ORM catches hopper's failures with the ``except`` clauses it already has.
 """
 
 from __future__ import annotations
+
+from django.db import DatabaseError as DjangoDatabaseError
+from django.db import OperationalError as DjangoOperationalError
 
 
 class HopperError(Exception):
@@ -59,11 +65,15 @@ class NotSupported(HopperError):
     """The engine does not implement an optional capability."""
 
 
-class DatabaseError(HopperError):
-    """A database error that hopper could not attribute to the caller's input."""
+class DatabaseError(HopperError, DjangoDatabaseError):
+    """A database error that hopper could not attribute to the caller's input.
+
+    Also a ``django.db.DatabaseError``: a caller that guards ORM work with
+    ``except DatabaseError`` guards hopper's calls the same way.
+    """
 
 
-class DatabaseUnavailable(DatabaseError):
+class DatabaseUnavailable(DatabaseError, DjangoOperationalError):
     """The database cannot serve the call for now.
 
     The connection was lost or could not be made (a server restart, a

@@ -108,6 +108,13 @@ def tags(value: Any) -> tuple[str, ...]:
     return tuple(seen)
 
 
+#: PostgreSQL's jsonb cannot hold U+0000 and SQLite's JSON can: one rule for both engines.
+_NUL_MESSAGE = (
+    "{field} contains a NUL character (\\x00), which a job's JSON cannot store; "
+    "remove it or encode the value (base64, hex)"
+)
+
+
 def json_normalize(value: Any, field: str) -> Any:
     """Return ``value`` as it will read back from the database, or raise InvalidJob.
 
@@ -115,10 +122,16 @@ def json_normalize(value: Any, field: str) -> Any:
     JSON column, so anything that would come back as something else is refused
     now, at enqueue, instead of failing (or silently changing) at run time.
     Tuples become lists, as JSON has only arrays; dictionary keys must be
-    strings, and floats finite. ``field`` is the path reported in the error
-    (``kwargs['when']``, ``args[0]``, ``metadata['x'][1]``).
+    strings, floats finite, and no string (nor key) may contain a NUL
+    character, which PostgreSQL cannot store and SQLite can. ``field`` is
+    the path reported in the error (``kwargs['when']``, ``args[0]``,
+    ``metadata['x'][1]``).
     """
-    if value is None or isinstance(value, str | bool | int):
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidJob(_NUL_MESSAGE.format(field=field), field=field)
+        return value
+    if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
@@ -133,6 +146,8 @@ def json_normalize(value: Any, field: str) -> Any:
                 raise InvalidJob(
                     f"{field} has the key {k!r}; JSON object keys must be strings", field=field
                 )
+            if "\x00" in k:
+                raise InvalidJob(_NUL_MESSAGE.format(field=f"{field} key {k!r}"), field=field)
             out[k] = json_normalize(item, f"{field}[{k!r}]")
         return out
     raise InvalidJob(

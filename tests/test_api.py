@@ -757,6 +757,8 @@ def test_aenqueue_many__takes_prepared_calls_too(db: None) -> None:
         ((float("nan"),), {}, "args[0]"),
         (({1: "int key"},), {}, "args[0]"),
         ((b"bytes",), {}, "args[0]"),
+        (("a\x00b",), {}, "args[0]"),
+        ((), {"nested": {"k\x00": 1}}, "kwargs['nested']"),
     ],
 )
 def test_enqueue__refuses_args_that_are_not_json(
