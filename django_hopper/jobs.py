@@ -899,6 +899,10 @@ def _register(jf: JobFunction[Any, Any]) -> None:
         registry[jf.kind] = jf
 
 
+#: How the error of a kind that leads to no job function starts (workers store it).
+UNKNOWN_KIND_PREFIX = "unknown job kind"
+
+
 def resolve(kind: str) -> JobFunction[Any, Any]:
     """Return the ``@job`` function of a kind, importing its module if needed.
 
@@ -914,6 +918,7 @@ def resolve(kind: str) -> JobFunction[Any, Any]:
     if not isinstance(kind, str) or not kind:
         raise UnknownJobKind(f"job kind must be a non-empty string, not {kind!r}", field="kind")
     parts = kind.split(".")
+    problem = f"no module of {kind!r} can be imported"
     for i in range(len(parts) - 1, 0, -1):
         module_name = ".".join(parts[:i])
         try:
@@ -927,9 +932,10 @@ def resolve(kind: str) -> JobFunction[Any, Any]:
         if found is not None:
             return found
         obj: Any = module
-        for attr in parts[i:]:
+        for depth, attr in enumerate(parts[i:], start=i):
             obj = getattr(obj, attr, None)
             if obj is None:
+                problem = f"{'.'.join(parts[:depth])!r} has no attribute {attr!r}"
                 break
         if isinstance(obj, JobFunction):
             return obj
@@ -939,10 +945,12 @@ def resolve(kind: str) -> JobFunction[Any, Any]:
         task_fn = job_function_for(obj)
         if task_fn is not None:
             return task_fn
+        if obj is not None:
+            problem = f"{kind!r} is a {type(obj).__name__}, not a @job function"
         break
     raise UnknownJobKind(
-        f"unknown job kind {kind!r}: no @job function is registered under it or found at "
-        "that import path (is its module listed in HOPPER['IMPORTS']?)",
+        f"{UNKNOWN_KIND_PREFIX} {kind!r}: no @job function is registered under it or found at "
+        f"that import path ({problem}; is its module listed in HOPPER['IMPORTS']?)",
         field="kind",
     )
 

@@ -28,23 +28,28 @@ Documentation: ``docs/django-tasks.md``.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import concurrent.futures
 import contextvars
 import dataclasses
 import datetime as dt
 import logging
 import re
+import threading
 import traceback
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
 from django.core import checks
+from django.db import close_old_connections
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_hopper.exceptions import HopperError, InvalidJob
-from django_hopper.signals import send_logged
+from django_hopper.exceptions import HopperError, InvalidJob, UnknownJobKind
+from django_hopper.jobs import UNKNOWN_KIND_PREFIX
 from django_hopper.tasks_compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -409,16 +414,16 @@ class HopperBackend(BaseTaskBackend):  # type: ignore[misc,unused-ignore]
         return self.result_from_row(row)
 
     def task_from_row(self, row: JobRow) -> Task:
-        """Rebuild the Task a job was enqueued with, from its import path and metadata."""
+        """Rebuild the Task a job was enqueued with, from its import path and metadata.
+
+        A stored task stays readable whatever changed since it was enqueued:
+        one whose import path no longer leads to a Task (its module or function
+        was renamed or removed) comes back as a stand-in Task of that path whose
+        function raises the ImportError, and one the current settings would
+        refuse (its queue left ``QUEUES``) comes back as stored, not validated
+        again.
+        """
         spec = _spec(row) or {}
-        try:
-            base = import_string(row.kind)
-        except ImportError:
-            base = None
-        if not isinstance(base, Task):
-            raise TaskResultDoesNotExist(
-                f"{row.id}: its task {row.kind!r} can no longer be imported"
-            )
         run_after = spec.get("run_after")
         changes: dict[str, Any] = {
             "priority": spec.get("priority", row.priority),
@@ -426,28 +431,33 @@ class HopperBackend(BaseTaskBackend):  # type: ignore[misc,unused-ignore]
             "run_after": dt.datetime.fromisoformat(run_after) if run_after else None,
             "backend": spec.get("backend", self.alias),
         }
+        base, problem = _import_task(row.kind)
+        if base is None:
+            return _stale_task(row.kind, problem, changes)
         options = dict(spec.get("options") or {})
         if isinstance(base, HopperTask) or options:
             hopper = {name: options.get(name, d) for name, d in HOPPER_FIELDS.items()}
             if not isinstance(base, HopperTask):
                 base = hopper_options(base, **hopper)
             changes.update(hopper)
-        return dataclasses.replace(base, **changes)
+        try:
+            return dataclasses.replace(base, **changes)
+        except InvalidTask:
+            fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+            return _unvalidated(type(base), {**fields, **changes})
 
     def result_from_row(self, row: JobRow, task: Task | None = None) -> TaskResult:
         """Return a TaskResult reflecting a job row (``task``: the Task, if known).
 
-        Hopper keeps the time and client of the latest claim only, so
-        ``started_at`` and ``last_attempted_at`` are both the latest attempt's
-        start, and ``worker_ids`` has one entry per attempt (``attempts`` is
-        the job's attempt number), each the latest claim's client ID.
+        Hopper keeps the time of the latest claim only, so ``started_at`` and
+        ``last_attempted_at`` are both the latest attempt's start;
+        ``worker_ids`` has one entry per attempt (see :func:`_worker_ids`).
         """
         spec = _spec(row) or {}
         if task is None:
             task = self.task_from_row(row)
         status = _STATUS[row.state]
         stored = row.args if isinstance(row.args, dict) else {}
-        worker = str(row.attempted_by) if row.attempted_by is not None else "hopper-lease"
         result = TaskResult(
             task=task,
             id=str(row.id),
@@ -459,8 +469,8 @@ class HopperBackend(BaseTaskBackend):  # type: ignore[misc,unused-ignore]
             args=list(stored.get("args") or []),
             kwargs=dict(stored.get("kwargs") or {}),
             backend=spec.get("backend", self.alias),
-            errors=[task_error(e) for e in row.errors],
-            worker_ids=[worker] * row.attempt if row.attempted_at is not None else [],
+            errors=_task_errors(row, task),
+            worker_ids=_worker_ids(row),
         )
         if status == TaskResultStatus.SUCCESSFUL:
             object.__setattr__(result, "_return_value", row.output)
@@ -535,12 +545,73 @@ def _spec(row: JobRow) -> dict[str, Any] | None:
     return spec if isinstance(spec, dict) else None
 
 
+def _worker_ids(row: JobRow) -> list[str]:
+    """Return the ID of the worker (hopper client) that ran each attempt, in order.
+
+    A failed attempt's recorded error names its client; the latest attempt's
+    is the claim's ``attempted_by``. An attempt with neither (an error stored
+    by an earlier release) gets the latest claim's, and an attempt run under
+    a job lease, which no client holds, ``hopper-lease``.
+    """
+    if row.attempted_at is None or row.attempt <= 0:
+        return []
+    latest = str(row.attempted_by) if row.attempted_by is not None else "hopper-lease"
+    by_attempt = {e.attempt: str(e.by) for e in row.errors if e.by is not None}
+    ids = [by_attempt.get(n, latest) for n in range(1, row.attempt)]
+    return [*ids, latest]
+
+
+def _import_task(kind: str) -> tuple[Task | None, ImportError | None]:
+    """Return the Task at an import path, or None and the ImportError that says why not."""
+    try:
+        found = import_string(kind)
+    except ImportError as exc:
+        return None, exc
+    except Exception as exc:  # the module itself fails to import
+        return None, ImportError(f"importing {kind!r} failed: {type(exc).__name__}: {exc}")
+    if not isinstance(found, Task):
+        return None, ImportError(f"{kind!r} is no longer a task (it is {type(found).__name__})")
+    return found, None
+
+
+def _stale_task(kind: str, problem: ImportError | None, fields: dict[str, Any]) -> Task:
+    """Return a stand-in Task for an import path that no longer leads to one.
+
+    Its ``module_path`` is the stored path and its function raises the
+    ImportError, so the result reads as the task that could not run.
+    """
+    module, _, name = kind.rpartition(".")
+    error = problem or ImportError(f"{kind!r} cannot be imported")
+
+    def stale(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    stale.__module__ = module
+    stale.__name__ = stale.__qualname__ = name
+    stale.hopper_import_error = error  # type: ignore[attr-defined]
+    return _unvalidated(Task, {**fields, "func": stale, "takes_context": False})
+
+
+def _unvalidated(cls: type[Task], fields: dict[str, Any]) -> Task:
+    """Return a Task built from stored fields without the checks of ``__post_init__``.
+
+    Validation guards what is enqueued; a task already stored is read back
+    as it was, even where today's settings would refuse it.
+    """
+    task: Task = object.__new__(cls)
+    for f in dataclasses.fields(cls):
+        object.__setattr__(task, f.name, fields.get(f.name, f.default))
+    return task
+
+
 # ---------------------------------------------------------------------------
 # Errors
 
 
 _EXC_LINE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(?::\s|:$|$)")
 _TRACE_HEADER = "Traceback (most recent call last):"
+_GROUP_HEADER = "  + Exception Group Traceback (most recent call last):"
+_GROUP_MARGIN = "  | "
 _RESCUE_EXCEPTIONS = {"canceled": "django_hopper.exceptions.JobCanceled"}
 
 
@@ -561,13 +632,49 @@ def task_error(err: AttemptError) -> TaskError:
     )
 
 
+def _task_errors(row: JobRow, task: Task) -> list[TaskError]:
+    """Return the TaskErrors of a job's recorded failures.
+
+    A stand-in for a task that can no longer be imported reports the failure
+    its worker recorded for it (the kind resolved to nothing) as the
+    ImportError that caused it.
+    """
+    errors = [task_error(e) for e in row.errors]
+    problem = getattr(task.func, "hopper_import_error", None)
+    if problem is not None and row.errors and is_unknown_kind_error(row.errors[-1]):
+        cls = type(problem)
+        errors[-1] = TaskError(
+            exception_class_path=f"{cls.__module__}.{cls.__qualname__}",
+            traceback=f"{row.errors[-1].error}\n{cls.__name__}: {problem}\n",
+        )
+    return errors
+
+
+def is_unknown_kind_error(err: AttemptError) -> bool:
+    """Return whether a recorded failure is the worker's "no function for this kind"."""
+    return not err.trace and not err.rescue and err.error.startswith(UNKNOWN_KIND_PREFIX)
+
+
 def _exception_path(text: str) -> str | None:
-    """Return the import path of the final exception in a formatted traceback, or None."""
+    """Return the import path of the final exception in a formatted traceback, or None.
+
+    The final exception is the one after the last top-level header: a plain
+    ``Traceback`` header, or an exception group's, whose own lines (frames,
+    then the group's exception line, then its sub-exceptions) are drawn
+    behind a ``  | `` margin.
+    """
     if not text:
         return None
     lines = text.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith(_TRACE_HEADER)]
-    for line in lines[starts[-1] + 1 if starts else 0 :]:
+    start, group = 0, bool(lines) and lines[0].startswith(_GROUP_MARGIN)
+    for i, line in enumerate(lines):
+        if line in (_TRACE_HEADER, _GROUP_HEADER):
+            start, group = i + 1, line == _GROUP_HEADER
+    for line in lines[start:]:
+        if group:
+            if not line.startswith(_GROUP_MARGIN):
+                return None  # the group's sub-exceptions start: its own line was not found
+            line = line[len(_GROUP_MARGIN) :]
         if not line or line[0].isspace():
             continue
         match = _EXC_LINE.match(line)
@@ -676,13 +783,25 @@ def _named_after(run_task: Any, task: Task) -> Any:
     return run_task
 
 
+def _return_value(value: Any) -> Any:
+    """Return a task's value as it will be stored, or raise why it cannot be.
+
+    Django's normalization first (its TypeError "Unsupported type", as on
+    every backend), then hopper's JSON rules, so that a value one engine
+    cannot store (a NUL character) fails the attempt the same on both.
+    """
+    from django_hopper import validation
+
+    return validation.json_normalize(normalize_json(value), "the task's return value")
+
+
 def _sync_runner(task: Task) -> Any:
     def run_task(context: JobContext, *args: Any, **kwargs: Any) -> Any:
         token = _current_context.set(context)
         try:
             _, result = _start(task, context)
             value = task.func(*_call_args(task, result, args), **kwargs)
-            return normalize_json(value)
+            return _return_value(value)
         finally:
             _current_context.reset(token)
 
@@ -693,9 +812,10 @@ def _async_runner(task: Task) -> Any:
     async def run_task(context: JobContext, *args: Any, **kwargs: Any) -> Any:
         token = _current_context.set(context)
         try:
-            _, result = _start(task, context)
+            # Receivers are sync code (they may use the ORM): run them outside the loop.
+            _, result = await sync_to_async(_start, thread_sensitive=True)(task, context)
             value = await task.func(*_call_args(task, result, args), **kwargs)
-            return normalize_json(value)
+            return _return_value(value)
         finally:
             _current_context.reset(token)
 
@@ -743,19 +863,94 @@ def _on_job_finished(
     else:
         from django_hopper.engine.base import AttemptError, RescueReason
 
-        if error is not None:
+        by = job.attempted_by
+        if isinstance(error, UnknownJobKind):  # recorded as its message, as the worker does
+            failure = AttemptError(at=now, attempt=job.attempt, error=str(error), by=by)
+        elif error is not None:
             message = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
             trace = "".join(traceback.format_exception(error))
-            failure = AttemptError(at=now, attempt=job.attempt, error=message, trace=trace)
+            failure = AttemptError(at=now, attempt=job.attempt, error=message, trace=trace, by=by)
         else:
             rescue = RescueReason.CANCELED if state == "canceled" else ""
-            failure = AttemptError(at=now, attempt=job.attempt, error=state, rescue=rescue)
+            failure = AttemptError(at=now, attempt=job.attempt, error=state, rescue=rescue, by=by)
         row = dataclasses.replace(job, state=state, errors=[*job.errors, failure], finalized_at=now)
+    result = backend.result_from_row(row)
+    _outside_event_loop(send_finished, type(backend), result, error)
+
+
+def send_finished(
+    sender: type[BaseTaskBackend], result: TaskResult, error: BaseException | None = None
+) -> None:
+    """Send ``task_finished``; for a failed task, while its exception is being handled.
+
+    Django's backends send it from their ``except`` block, and its logging
+    receiver logs the failure with ``logger.exception``, which prints the
+    exception being handled. So the exception is raised and caught around the
+    send: the task's own exception when the caller has it, else a
+    HopperTaskError carrying the recorded reason (a timeout, a rescue, a
+    cancel). The exception's traceback and context are left as they were.
+    """
+    if result.status != TaskResultStatus.FAILED:
+        task_finished.send(sender, task_result=result)
+        return
+    exc = error if error is not None else _stand_in_error(result)
+    saved = (exc.__traceback__, exc.__context__)
     try:
-        result = backend.result_from_row(row)
-    except TaskResultDoesNotExist:
-        return  # the task's module is gone: the worker reports the attempt itself
-    task_finished.send(type(backend), task_result=result)
+        raise exc
+    except BaseException:
+        task_finished.send(sender, task_result=result)
+    finally:
+        exc.__traceback__, exc.__context__ = saved
+
+
+def _stand_in_error(result: TaskResult) -> BaseException:
+    """Return the exception that stands for a failure hopper recorded without one."""
+    if not result.errors:
+        return HopperTaskError("the task failed")
+    last = result.errors[-1]
+    lines = [line for line in last.traceback.splitlines() if line.strip()]
+    return HopperTaskError(lines[-1] if lines else last.exception_class_path)
+
+
+def _outside_event_loop(fn: Callable[..., None], *args: Any) -> None:
+    """Call ``fn`` from sync code: here, unless this thread runs an event loop.
+
+    Signal receivers are sync code that may use the ORM, which refuses to
+    run in an event loop's thread. Called there (an ``async def`` task's
+    attempt ending on the worker's loop), ``fn`` runs in a thread of its own
+    while this one waits, as long as the receivers would have taken here.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        fn(*args)
+        return
+    context = contextvars.copy_context()
+    _sync_executor().submit(context.run, _with_fresh_connections, fn, *args).result()
+
+
+def _with_fresh_connections(fn: Callable[..., None], *args: Any) -> None:
+    """Call ``fn`` with Django's per-request connection upkeep around it."""
+    close_old_connections()
+    try:
+        fn(*args)
+    finally:
+        close_old_connections()
+
+
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _sync_executor() -> concurrent.futures.ThreadPoolExecutor:
+    """Return the one thread that runs signal receivers for code on an event loop."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="hopper-task-signals"
+            )
+        return _executor
 
 
 def announce_finished(rows: Iterable[JobRow]) -> int:
@@ -779,11 +974,11 @@ def announce_finished(rows: Iterable[JobRow]) -> int:
         backend = _backend_or_none(str(spec.get("backend")))
         if backend is None:
             continue
+        result = backend.result_from_row(row)
         try:
-            result = backend.result_from_row(row)
-        except TaskResultDoesNotExist:
-            continue
-        send_logged(task_finished, type(backend), task_result=result)
+            send_finished(type(backend), result)
+        except Exception:
+            logger.exception("a task_finished receiver failed for task %s", result.id)
         sent += 1
     return sent
 

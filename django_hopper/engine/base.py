@@ -86,6 +86,9 @@ class AttemptError:
     trace: str = ""
     #: Set when hopper, not the attempt, ended it (see RescueReason).
     rescue: str = ""
+    #: The client whose attempt failed (the claim's ``attempted_by``); None when
+    #: no claimed attempt ran (a cancel or expiry of a waiting job, a job lease).
+    by: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON object stored in the job's ``errors`` list."""
@@ -100,6 +103,8 @@ class AttemptError:
             out["trace"] = self.trace
         if self.rescue:
             out["rescue"] = self.rescue
+        if self.by is not None:
+            out["by"] = self.by
         return out
 
     @classmethod
@@ -113,6 +118,7 @@ class AttemptError:
             fence=int(obj.get("fence", 0) or 0),
             trace=str(obj.get("trace", "") or ""),
             rescue=str(obj.get("rescue", "") or ""),
+            by=by if isinstance(by := obj.get("by"), int) and not isinstance(by, bool) else None,
         )
 
 

@@ -81,7 +81,12 @@ class Rescuer(Service):
             reason = RescueReason.CLIENT_EXPIRED
             message = f"the worker (client {job.attempted_by}) stopped renewing its lease"
         error = AttemptError(
-            at=None, attempt=job.attempt, error=message, fence=job.fence, rescue=reason
+            at=None,
+            attempt=job.attempt,
+            error=message,
+            fence=job.fence,
+            rescue=reason,
+            by=job.attempted_by,
         )
         state = rescued_state(job)
         return JobFinalize(

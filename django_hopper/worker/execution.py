@@ -82,7 +82,13 @@ def failed(
 ) -> JobFinalize:
     """Return a failed attempt's result: retry after backoff, or discard when out of attempts."""
     err = AttemptError(
-        at=None, attempt=job.attempt, error=error, fence=job.fence, trace=trace, rescue=rescue
+        at=None,
+        attempt=job.attempt,
+        error=error,
+        fence=job.fence,
+        trace=trace,
+        rescue=rescue,
+        by=job.attempted_by,
     )
     if job.attempt >= job.max_attempts:
         return JobFinalize(
@@ -121,7 +127,12 @@ def snoozed(job: JobRow, snooze: JobSnooze, log: str | None = None) -> JobFinali
 def canceled(job: JobRow, log: str | None = None, error: str = "canceled") -> JobFinalize:
     """Return the result of an attempt that stopped because its cancellation was requested."""
     err = AttemptError(
-        at=None, attempt=job.attempt, error=error, fence=job.fence, rescue=RescueReason.CANCELED
+        at=None,
+        attempt=job.attempt,
+        error=error,
+        fence=job.fence,
+        rescue=RescueReason.CANCELED,
+        by=job.attempted_by,
     )
     return JobFinalize(
         id=job.id,
@@ -139,7 +150,9 @@ def unknown_kind(job: JobRow, error: str) -> JobFinalize:
     Retrying would not help (every worker imports the same code), and a job
     retried forever hides the mistake.
     """
-    err = AttemptError(at=None, attempt=job.attempt, error=error, fence=job.fence)
+    err = AttemptError(
+        at=None, attempt=job.attempt, error=error, fence=job.fence, by=job.attempted_by
+    )
     return JobFinalize(
         id=job.id, attempted_by=job.attempted_by, fence=job.fence, state="discarded", error=err
     )

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from django_hopper.engine.base import BaseEngine
 from tests.tasks_backend import tasks
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -42,6 +48,40 @@ def run_worker(tx_engine: BaseEngine) -> Iterator[Callable[..., int]]:
     yield run
     for worker in workers:
         worker.shutdown()
+
+
+@pytest.fixture
+def worker_process(tx_engine: BaseEngine) -> Callable[..., str]:
+    """Return a function that runs ``hopper_worker --burst`` in a new process; it returns its output.
+
+    The process works the test database under :mod:`tests.tasks_backend.settings`
+    (this package's TASKS, the ORM receivers of :mod:`tests.tasks_backend.receivers`,
+    the Tasks API's log lines on its output) until the queues are empty. Each
+    call is a new process, so a new hopper client: a new worker ID.
+    """
+    from django.db import connection
+
+    def run(*args: str) -> str:
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.tasks_backend.settings",
+            "HOPPER_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
+            "PYTHONPATH": str(ROOT),
+        }
+        argv = args or ("--no-maintenance", "--queues", "default:2")
+        proc = subprocess.run(
+            [sys.executable, "-m", "django", "hopper_worker", "--burst", *argv],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == 0, output
+        return output
+
+    return run
 
 
 def _resolve_handles_tasks() -> bool:

@@ -13,19 +13,7 @@ from typing import Any
 from django.test import override_settings
 
 from django_hopper.tasks_compat import TaskContext, task
-
-#: The TASKS setting every test in this package runs under.
-TASKS: dict[str, Any] = {
-    "default": {
-        "BACKEND": "django_hopper.tasks_backend.HopperBackend",
-        "QUEUES": ["default", "queue_1", "emails"],
-    },
-    "retrying": {
-        "BACKEND": "django_hopper.tasks_backend.HopperBackend",
-        "QUEUES": [],
-        "OPTIONS": {"max_attempts": 3},
-    },
-}
+from tests.tasks_backend.settings import TASKS
 
 #: Calls made by tasks that record them (tests read and clear it).
 CALLS: list[Any] = []
@@ -115,6 +103,18 @@ with override_settings(TASKS=TASKS):
     @task()
     def sleep_for(seconds: float) -> None:
         time.sleep(seconds)
+
+    @task()
+    def failing_task_exception_group() -> None:
+        raise ExceptionGroup("two things failed", [ValueError("one"), KeyError("two")])
+
+    @task()
+    async def failing_task_async() -> None:
+        raise ValueError("This async Task failed")
+
+    @task()
+    def returns_nul() -> str:
+        return "a\x00b"
 
 
 def not_a_task() -> None:

@@ -509,3 +509,106 @@ def test_hopper_worker_burst_runs_tasks(tx_engine: Any) -> None:
     call_command("hopper_worker", "--burst", "--no-maintenance", "--queues", "default:2")
     result.refresh()
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 11
+
+
+# ---------------------------------------------------------------------------
+# Errors a project catches and reads
+
+
+def _format(exc: BaseException) -> str:
+    import traceback
+
+    try:
+        raise exc
+    except BaseException as raised:
+        return "".join(traceback.format_exception(raised))
+
+
+def test_task_error_reads_an_exception_groups_own_class() -> None:
+    from django_hopper.engine.base import AttemptError
+
+    group = ExceptionGroup("two failed", [ValueError("one"), KeyError("two")])
+    nested = ExceptionGroup("outer", [ExceptionGroup("inner", [TypeError("t")])])
+    chained = _format(BaseExceptionGroup("after", [KeyboardInterrupt()]))
+    try:
+        try:
+            raise KeyError("first")
+        except KeyError as exc:
+            raise ExceptionGroup("while handling", [ValueError("v")]) from exc
+    except ExceptionGroup as exc:
+        caused = _format(exc)
+    for trace, expected in [
+        (_format(group), "builtins.ExceptionGroup"),
+        (_format(nested), "builtins.ExceptionGroup"),
+        (chained, "builtins.BaseExceptionGroup"),
+        (caused, "builtins.ExceptionGroup"),
+        # A group formatted without a traceback has no header, only its margin.
+        ("".join(__import__("traceback").format_exception(group)), "builtins.ExceptionGroup"),
+    ]:
+        err = task_error(AttemptError(at=None, attempt=1, error="x", trace=trace))
+        assert err.exception_class_path == expected, trace
+
+
+def test_enqueue_refuses_a_nul_character_naming_the_argument_on_every_engine(
+    engine: Any,
+) -> None:
+    from django_hopper.exceptions import InvalidJob
+    from django_hopper.models import Job
+
+    for args, kwargs, field in [
+        (("a\x00b", 1), {}, "args[0]"),
+        ((1,), {"b": ["ok", "\x00"]}, "kwargs['b'][1]"),
+        ((1,), {"b\x00": 2}, "kwargs"),
+    ]:
+        with pytest.raises(InvalidJob, match="NUL character") as info:
+            tasks.add.enqueue(*args, **kwargs)
+        assert info.value.field == field
+    assert not Job.objects.exists()
+
+
+def test_hoppers_database_errors_are_djangos_database_errors() -> None:
+    import django.db
+
+    from django_hopper.exceptions import DatabaseError, DatabaseUnavailable, HopperError
+
+    with pytest.raises(django.db.DatabaseError):
+        raise DatabaseError("the statement failed")
+    with pytest.raises(django.db.OperationalError):
+        raise DatabaseUnavailable("the connection was lost")
+    assert issubclass(DatabaseUnavailable, HopperError)
+
+
+def test_get_result_of_a_task_whose_module_is_gone_reads_as_that_task(engine: Any) -> None:
+    from django_hopper.models import Job
+
+    result = tasks.add.enqueue(1, 2)
+    stale = "tests.tasks_backend.renamed_module.add"
+    Job.objects.filter(id=uuid.UUID(result.id)).update(kind=stale)
+    got = task_backends["default"].get_result(result.id)
+    assert got.status == TaskResultStatus.READY
+    assert got.task.module_path == stale and got.args == [1, 2]
+    with pytest.raises(ImportError, match="renamed_module"):
+        got.task.call(1, 2)
+
+
+def test_get_result_reads_a_task_whose_queue_left_queues(engine: Any, settings: Any) -> None:
+    result = tasks.add.using(queue_name="queue_1").enqueue(1, 2)
+    settings.TASKS = {**tasks.TASKS, "default": {**tasks.TASKS["default"], "QUEUES": ["default"]}}
+    got = task_backends["default"].get_result(result.id)
+    assert got.task.queue_name == "queue_1" and got.status == TaskResultStatus.READY
+
+
+def test_a_failure_hopper_decided_is_logged_with_its_reason(engine: Any) -> None:
+    import unittest
+
+    from django_hopper.engine.base import JobCancelParams
+    from django_hopper.tasks_backend import announce_finished
+    from django_hopper.tasks_compat import NAMESPACE
+
+    result = tasks.add.enqueue(1, 2)
+    engine.job_cancel(JobCancelParams(id=uuid.UUID(result.id)))
+    row = job_of(engine, result)
+    with unittest.TestCase().assertLogs(NAMESPACE, level="ERROR") as captured:
+        assert announce_finished([row]) == 1
+    (line,) = captured.output
+    assert "state=FAILED" in line and "HopperTaskError: canceled" in line

@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import pickle
 import re
+import unittest
 from datetime import datetime
 from typing import Any
 
@@ -41,6 +42,10 @@ from django_hopper.tasks_compat import (
     task_backends,
 )
 from tests.tasks_backend import tasks as test_tasks
+
+
+#: Django's tests capture logs with ``assertLogs``; so do these, with the same output format.
+assert_logs = unittest.TestCase().assertLogs
 
 
 @pytest.fixture
@@ -293,11 +298,12 @@ def test_dummy_enqueue_task(db: None) -> None:
         assert result.attempts == 0
 
 
-def test_dummy_enqueue_logs(db: None, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger=NAMESPACE):
+def test_dummy_enqueue_logs(db: None) -> None:
+    with assert_logs(NAMESPACE, level="DEBUG") as captured_logs:
         result = test_tasks.noop_task.enqueue()
-    enqueued = [r for r in caplog.records if "enqueued" in r.getMessage()]
-    assert len(enqueued) == 1 and result.id in enqueued[0].getMessage()
+    assert len(captured_logs.output) == 1
+    assert "enqueued" in captured_logs.output[0]
+    assert result.id in captured_logs.output[0]
 
 
 def test_dummy_errors(db: None) -> None:
@@ -361,8 +367,11 @@ def test_catches_exception(
     tx_engine: Any, run_worker: Any, name: str, exception: type, message: str
 ) -> None:
     t = getattr(test_tasks, name)
-    result = t.enqueue()
-    run_worker()
+    with assert_logs(NAMESPACE, level="ERROR") as captured_logs:
+        result = t.enqueue()
+        run_worker()
+    assert len(captured_logs.output) == 1
+    assert message in captured_logs.output[0]
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     with pytest.raises(ValueError, match="Task failed"):
@@ -381,8 +390,9 @@ def test_catches_exception(
 
 
 def test_complex_exception(tx_engine: Any, run_worker: Any) -> None:
-    result = test_tasks.complex_exception.enqueue()
-    run_worker()
+    with assert_logs(NAMESPACE, level="ERROR"):
+        result = test_tasks.complex_exception.enqueue()
+        run_worker()
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     with pytest.raises(ValueError, match="Task failed"):
@@ -394,8 +404,9 @@ def test_complex_exception(tx_engine: Any, run_worker: Any) -> None:
 
 
 def test_complex_return_value(tx_engine: Any, run_worker: Any) -> None:
-    result = test_tasks.complex_return_value.enqueue()
-    run_worker()
+    with assert_logs(NAMESPACE, level="ERROR"):
+        result = test_tasks.complex_return_value.enqueue()
+        run_worker()
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert result.finished_at >= result.started_at >= result.enqueued_at
@@ -436,21 +447,38 @@ def test_context(tx_engine: Any, run_worker: Any) -> None:
     assert result.status == TaskResultStatus.SUCCESSFUL
 
 
-def test_enqueue_logs_and_failed_logs(
-    tx_engine: Any, run_worker: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    with caplog.at_level(logging.DEBUG, logger=NAMESPACE):
-        ok = test_tasks.noop_task.enqueue()
-        bad = test_tasks.failing_task_value_error.enqueue()
+def test_enqueue_logs(tx_engine: Any, run_worker: Any) -> None:
+    with assert_logs(NAMESPACE, level="DEBUG") as captured_logs:
+        result = test_tasks.noop_task.enqueue()
         run_worker()
-    lines = [r.getMessage() for r in caplog.records if r.name in ("django.tasks", "django_tasks")]
-    for result, final in ((ok, "SUCCESSFUL"), (bad, "FAILED")):
-        mine = [line for line in lines if result.id in line]
-        assert len(mine) == 3, mine
-        assert "enqueued" in mine[0]
-        assert "state=RUNNING" in mine[1]
-        assert f"state={final}" in mine[2]
-    assert not any("None" in line for line in lines if ok.id in line)
+    assert len(captured_logs.output) == 3
+    assert "enqueued" in captured_logs.output[0]
+    assert result.id in captured_logs.output[0]
+    assert "state=RUNNING" in captured_logs.output[1]
+    assert result.id in captured_logs.output[1]
+    assert "state=SUCCESSFUL" in captured_logs.output[2]
+    assert result.id in captured_logs.output[2]
+
+
+def test_failed_logs(tx_engine: Any, run_worker: Any) -> None:
+    with assert_logs(NAMESPACE, level="DEBUG") as captured_logs:
+        result = test_tasks.failing_task_value_error.enqueue()
+        run_worker()
+    assert len(captured_logs.output) == 3
+    assert "state=RUNNING" in captured_logs.output[1]
+    assert result.id in captured_logs.output[1]
+    assert "state=FAILED" in captured_logs.output[2]
+    assert result.id in captured_logs.output[2]
+
+
+def test_successful_task_no_none_type_in_logs(tx_engine: Any, run_worker: Any) -> None:
+    with assert_logs(NAMESPACE, level="DEBUG") as captured_logs:
+        result = test_tasks.noop_task.enqueue()
+        run_worker()
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    for log_output in captured_logs.output:
+        assert "NoneType" not in log_output
 
 
 # ---------------------------------------------------------------------------
