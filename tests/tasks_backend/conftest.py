@@ -52,7 +52,7 @@ def run_worker(tx_engine: BaseEngine) -> Iterator[Callable[..., int]]:
 
 @pytest.fixture
 def worker_process(tx_engine: BaseEngine) -> Callable[..., str]:
-    """Return a function that runs ``hopper_worker --burst`` in a new process; it returns its output.
+    """Return a function that runs ``hopper_worker --burst`` in a new process, returning its output.
 
     The process works the test database under :mod:`tests.tasks_backend.settings`
     (this package's TASKS, the ORM receivers of :mod:`tests.tasks_backend.receivers`,

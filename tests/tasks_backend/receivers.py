@@ -17,9 +17,7 @@ from tests.testapp.models import Effect
 
 def _record(name: str) -> Any:
     def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
-        Effect.objects.create(
-            job_id=uuid.UUID(task_result.id), note=f"{name} {task_result.status}"
-        )
+        Effect.objects.create(job_id=uuid.UUID(task_result.id), note=f"{name} {task_result.status}")
 
     return receiver
 

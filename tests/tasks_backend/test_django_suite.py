@@ -14,7 +14,6 @@ depend on Dummy/Immediate internals (``.results``, ``.clear()``, running inside
 from __future__ import annotations
 
 import dataclasses
-import logging
 import pickle
 import re
 import unittest
@@ -42,7 +41,6 @@ from django_hopper.tasks_compat import (
     task_backends,
 )
 from tests.tasks_backend import tasks as test_tasks
-
 
 #: Django's tests capture logs with ``assertLogs``; so do these, with the same output format.
 assert_logs = unittest.TestCase().assertLogs
