@@ -298,7 +298,9 @@ def test_stream_pump__an_event_appended_in_the_pumping_transaction_waits_for_its
 
 
 @contextmanager
-def open_transaction_appending(engine: BaseEngine, topic: str) -> Iterator[threading.Event]:
+def open_transaction_appending(
+    engine: BaseEngine, topic: str, now: dt.datetime | None = None
+) -> Iterator[threading.Event]:
     """Append ``topic`` in another connection's transaction, held open until the
     yielded event is set; it then commits."""
     appended = threading.Event()
@@ -308,7 +310,7 @@ def open_transaction_appending(engine: BaseEngine, topic: str) -> Iterator[threa
     def work() -> None:
         try:
             with transaction.atomic():
-                append(engine, topic)
+                append(engine, topic, now=now)
                 appended.set()
                 commit.wait(10)
         except BaseException as exc:
@@ -363,6 +365,44 @@ def test_stream_pump__a_late_commit_behind_a_partial_delta_is_not_skipped(
 
     assert pump(tx_engine, limit=10) == 2
     assert sorted(delivered_topics(tx_engine)) == ["t.late", "t.n0", "t.n1", "t.n2"]
+
+
+def test_stream_pump__a_late_commit_behind_a_backlog_pumped_in_parts_is_delivered_once(
+    tx_engine: BaseEngine,
+) -> None:
+    if not tx_engine.features.supports_xid_streams:
+        pytest.skip("with one writer, seq order is commit order: no commit can be late")
+    consumer(tx_engine)
+
+    with open_transaction_appending(tx_engine, "t.a") as commit_a:
+        append(tx_engine, "t.b")
+        append(tx_engine, "t.c")
+        assert pump(tx_engine, limit=1) == 1
+        assert pump(tx_engine, limit=1) == 1
+        commit_a.set()
+    counts = [pump(tx_engine, limit=1) for _ in range(3)]
+
+    assert counts == [1, 0, 0]
+    assert delivered_topics(tx_engine) == ["t.b", "t.c", "t.a"]
+
+
+def test_stream_pump__a_transaction_delivered_in_part_finishes_before_a_late_commit(
+    tx_engine: BaseEngine,
+) -> None:
+    if not tx_engine.features.supports_xid_streams:
+        pytest.skip("with one writer, seq order is commit order: no commit can be late")
+    consumer(tx_engine)
+
+    with open_transaction_appending(tx_engine, "t.late") as commit_late:
+        with transaction.atomic():
+            for i in range(3):
+                append(tx_engine, f"t.n{i}")
+        assert pump(tx_engine, limit=2) == 2  # inside the transaction of n0..n2
+        commit_late.set()
+    assert pump(tx_engine, limit=2) == 2  # the rest of it, then the late one
+    assert pump(tx_engine, limit=2) == 0
+
+    assert delivered_topics(tx_engine) == ["t.n0", "t.n1", "t.n2", "t.late"]
 
 
 def test_stream_pump__two_pumps_of_one_consumer_deliver_each_event_once(
@@ -453,6 +493,41 @@ def test_stream_consumer_seek__time_moves_before_the_first_event_at_or_after_it(
     assert pump(tx_engine) == 2
     streams(tx_engine).stream_consumer_seek("c", StreamSeekParams(time=now + HOUR))
     assert pump(tx_engine) == 0
+
+
+def test_stream_consumer_seek__time_keeps_a_transaction_open_at_the_seek_unread(
+    tx_engine: BaseEngine,
+) -> None:
+    if not tx_engine.features.supports_xid_streams:
+        pytest.skip("with one writer no transaction can be open at a seek")
+    now = tx_engine.now()
+    consumer(tx_engine)
+    append(tx_engine, "t.old", now=now - HOUR)
+
+    with open_transaction_appending(tx_engine, "t.open", now=now + MINUTE) as commit_open:
+        append(tx_engine, "t.new", now=now)
+        streams(tx_engine).stream_consumer_seek("c", StreamSeekParams(time=now))
+        commit_open.set()
+
+    assert pump(tx_engine) == 2
+    assert sorted(delivered_topics(tx_engine)) == ["t.new", "t.open"]
+
+
+def test_stream_consumer_seek__position_keeps_a_transaction_open_at_the_seek_unread(
+    tx_engine: BaseEngine,
+) -> None:
+    if not tx_engine.features.supports_xid_streams:
+        pytest.skip("with one writer no transaction can be open at a seek")
+    consumer(tx_engine)
+
+    with open_transaction_appending(tx_engine, "t.open") as commit_open:
+        first = append(tx_engine, "t.first")
+        append(tx_engine, "t.second")
+        streams(tx_engine).stream_consumer_seek("c", StreamSeekParams(position=first.position))
+        commit_open.set()
+
+    assert pump(tx_engine) == 2
+    assert sorted(delivered_topics(tx_engine)) == ["t.open", "t.second"]
 
 
 def test_stream_consumer_seek__refuses_none_or_several_targets_and_unknown_consumers(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_hopper.engine.postgres.streams import Snapshot, advance
+from django_hopper.engine.postgres.streams import Snapshot, advance, seek_snapshot
 
 
 def visible(snap: Snapshot, xid: int) -> bool:
@@ -42,3 +42,32 @@ def test_advance__keeps_the_stored_snapshots_unread_transactions_from_the_last_x
     assert not visible(after, 10)
     assert not visible(after, 25)
     assert visible(after, 20)
+
+
+def test_advance__a_transaction_finished_past_the_stored_position_is_read() -> None:
+    stored = Snapshot.parse("10:13:10,12")  # 12 delivered in part, 10 committed late
+    current = Snapshot.parse("13:13:")
+
+    after = advance(stored, current, 10, finished=12)  # the rest of 12, then part of 10
+
+    assert visible(after, 12)
+    assert not visible(after, 10)
+    assert visible(after, 11)
+
+
+def test_advance__a_transaction_not_reached_stays_unread_after_a_finished_one() -> None:
+    stored = Snapshot.parse("5:12:5,8")  # 8 was open at the seek; position inside 12
+    current = Snapshot.parse("13:13:")
+
+    after = advance(stored, current, 5, finished=12)
+
+    assert [x for x in range(3, 14) if visible(after, x)] == [3, 4, 6, 7, 9, 10, 11, 12]
+
+
+def test_seek_snapshot__keeps_transactions_in_progress_at_the_seek_unread() -> None:
+    current = Snapshot.parse("7:20:7,9,15")
+
+    snap = seek_snapshot(current, 12)
+
+    assert [x for x in range(5, 14) if visible(snap, x)] == [5, 6, 8, 10, 11]
+    assert str(seek_snapshot(Snapshot.parse("30:30:"), 12)) == "12:12:"

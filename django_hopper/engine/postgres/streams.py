@@ -67,22 +67,33 @@ class Snapshot:
         return Snapshot(min(self.xmin, xid), self.xmax, self.xip | {xid})
 
 
-def advance(stored: Snapshot, current: Snapshot, xid: int) -> Snapshot:
+def advance(stored: Snapshot, current: Snapshot, xid: int, finished: int = 0) -> Snapshot:
     """Return the snapshot to store after delivering the delta only up to ``xid``.
 
     The delta is the transactions visible in ``current`` and not in
-    ``stored``, delivered in xid order; those below ``xid`` were delivered
-    whole, ``xid`` in part (the position says how far). The result sees what
-    ``stored`` saw plus the delta below ``xid``, and nothing else: in-progress
-    transactions (``current.xip``), the stored snapshot's unread ones from
-    ``xid`` on, and ``xid`` itself stay invisible, so each is delivered once
-    it commits, however late. Every xid below the result's xmin has finished.
+    ``stored``, delivered in xid order after the rest of the transaction the
+    stored position was inside (``finished``, when the pump went past it);
+    those below ``xid`` and ``finished`` were delivered whole, ``xid`` in part
+    (the position says how far). The result sees what ``stored`` saw plus
+    those, and nothing else: in-progress transactions (``current.xip``), the
+    stored snapshot's unread ones from ``xid`` on, and ``xid`` itself stay
+    invisible, so each is delivered once it commits, however late. Every xid
+    below the result's xmin has finished.
     """
-    xmax = max(stored.xmax, xid + 1)
+    xmax = max(stored.xmax, xid + 1, finished + 1)
     xip = {x for x in current.xip if x < xmax}
-    xip |= {x for x in stored.xip if xid <= x < xmax}
+    xip |= {x for x in stored.xip if xid <= x < xmax and x != finished}
     xip.add(xid)
     return Snapshot(min(xip), xmax, frozenset(xip))
+
+
+def seek_snapshot(current: Snapshot, xid: int) -> Snapshot:
+    """Return the snapshot of a seek to a position in transaction ``xid``: every
+    transaction before it read, except those still in progress at the seek,
+    which are delivered once they commit; ``xid`` and later ones unread."""
+    first = max(xid, 1)
+    xip = frozenset(x for x in current.xip if x < first)
+    return Snapshot(min(xip, default=first), first, xip)
 
 
 def event_from_row(r: Sequence[Any]) -> StreamEvent:
@@ -182,12 +193,16 @@ class StreamsMixin(PostgresSupport, StreamsContract):
             },
         )
 
-    def _latest(self) -> str:
+    def _current(self) -> Snapshot:
         """Return the snapshot of "every transaction committed so far", without the
         caller's own transaction, which has not committed yet."""
         row = self._fetchone("stream_consumer_upsert.snapshot", {})
         assert row is not None
-        return str(Snapshot.parse(row[0]).without(row[1]))
+        return Snapshot.parse(row[0]).without(row[1])
+
+    def _latest(self) -> str:
+        """Return the stored form of :meth:`_current`."""
+        return str(self._current())
 
     def stream_consumer_list(self) -> list[StreamConsumerRow]:
         """Return every consumer with its snapshot and position."""
@@ -196,9 +211,13 @@ class StreamsMixin(PostgresSupport, StreamsContract):
     def stream_consumer_seek(self, name: str, params: StreamSeekParams) -> StreamConsumerRow:
         """Move a consumer by storing the snapshot and position the seek implies.
 
-        A position (x, s) becomes the snapshot ``x:x:`` (every transaction
-        before x read, none from x on) with the events of x up to s read; a
-        time seeks to just before the first event at or after it.
+        A position (x, s) becomes :func:`seek_snapshot` (every transaction
+        before x read but those still in progress, none from x on) with the
+        events of x up to s read; a time seeks to just before the first event
+        at or after it. No seek counts as read a transaction in progress at
+        the seek: it has not been seen, and is delivered once it commits. The
+        snapshot is taken before the target is looked up, so that a
+        transaction committing in between counts as in progress.
         """
         mode = topics.check_seek(params)
         snapshot: str
@@ -208,6 +227,7 @@ class StreamsMixin(PostgresSupport, StreamsContract):
         elif mode == StreamStart.LATEST:
             snapshot = self._latest()
         else:
+            current = self._current()
             target: tuple[int, int] | None
             if mode == "position":
                 assert params.position is not None
@@ -215,12 +235,12 @@ class StreamsMixin(PostgresSupport, StreamsContract):
             else:
                 row = self._fetchone("stream_consumer_seek.time", {"time": params.time})
                 target = (int(row[0]), int(row[1]) - 1) if row else None
-            if target is None:
-                snapshot = self._latest()
+            if target is None or target[0] >= current.xmax:
+                # No event at or after the time, or a transaction not begun at the seek.
+                snapshot = str(current)
             else:
                 xid, seq = target
-                first = max(xid, 1)
-                snapshot = f"{first}:{first}:"
+                snapshot = str(seek_snapshot(current, xid))
         row = self._fetchone(
             "stream_consumer_seek", {"name": name, "snapshot": snapshot, "xid": xid, "seq": seq}
         )
@@ -265,7 +285,9 @@ class StreamsMixin(PostgresSupport, StreamsContract):
                 snapshot, position = str(current), StreamPosition()
             else:
                 last = events[-1].position
-                snapshot = str(advance(stored, current, last.xid))
+                began_inside = consumer.position.xid
+                finished = began_inside if began_inside and began_inside != last.xid else 0
+                snapshot = str(advance(stored, current, last.xid, finished))
                 position = last
             if events:
                 self.job_insert_many(

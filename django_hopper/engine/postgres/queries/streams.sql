@@ -92,28 +92,46 @@ FOR UPDATE
 -- The delta, in the statement's snapshot (returned first, to be stored, with the
 -- pump's own transaction id): events of transactions committed in it and not in
 -- the stored snapshot, less those of the position's transaction already
--- delivered. The pump's own transaction is not committed, whatever the snapshot
--- says of it, so its events wait for a later pump. Nothing below the stored xmin
--- can be in the delta, which bounds the index scan.
+-- delivered. The rest of the position's transaction comes first, then the others
+-- in position order: a pump that stops inside a transaction has finished the one
+-- before, so one position always says what is delivered in part. The pump's own
+-- transaction is not committed, whatever the snapshot says of it, so its events
+-- wait for a later pump. Nothing below the stored xmin can be in the delta, which
+-- bounds the index scans.
 SELECT c.snap::text, c.own, e.seq, e.xid, e.topic, e.key, e.payload, e.headers,
        e.message_id, e.created_at
 FROM (SELECT pg_current_snapshot() AS snap,
              pg_current_xact_id_if_assigned()::text::bigint AS own) AS c
 LEFT JOIN LATERAL (
-    SELECT ev.seq, ev.xid, ev.topic, ev.key, ev.payload, ev.headers, ev.message_id,
-           ev.created_at
-    FROM hopper_stream_event AS ev
-    WHERE ev.xid >= %(xmin)s
-      AND ev.xid < pg_snapshot_xmax(c.snap)::text::bigint
-      AND ev.xid IS DISTINCT FROM c.own
-      AND pg_visible_in_snapshot(ev.xid::text::xid8, c.snap)
-      AND NOT pg_visible_in_snapshot(ev.xid::text::xid8, %(snapshot)s::pg_snapshot)
-      AND NOT (ev.xid = %(xid)s AND ev.seq <= %(seq)s)
-      AND ev.topic ~ %(regex)s
-    ORDER BY ev.xid, ev.seq
+    SELECT u.* FROM (
+        (SELECT 0 AS part, ev.seq, ev.xid, ev.topic, ev.key, ev.payload, ev.headers,
+                ev.message_id, ev.created_at
+         FROM hopper_stream_event AS ev
+         WHERE ev.xid = %(xid)s
+           AND ev.seq > %(seq)s
+           AND ev.xid IS DISTINCT FROM c.own
+           AND pg_visible_in_snapshot(ev.xid::text::xid8, c.snap)
+           AND ev.topic ~ %(regex)s
+         ORDER BY ev.seq
+         LIMIT %(limit)s)
+        UNION ALL
+        (SELECT 1 AS part, ev.seq, ev.xid, ev.topic, ev.key, ev.payload, ev.headers,
+                ev.message_id, ev.created_at
+         FROM hopper_stream_event AS ev
+         WHERE ev.xid >= %(xmin)s
+           AND ev.xid < pg_snapshot_xmax(c.snap)::text::bigint
+           AND ev.xid <> %(xid)s
+           AND ev.xid IS DISTINCT FROM c.own
+           AND pg_visible_in_snapshot(ev.xid::text::xid8, c.snap)
+           AND NOT pg_visible_in_snapshot(ev.xid::text::xid8, %(snapshot)s::pg_snapshot)
+           AND ev.topic ~ %(regex)s
+         ORDER BY ev.xid, ev.seq
+         LIMIT %(limit)s)
+    ) AS u
+    ORDER BY u.part, u.xid, u.seq
     LIMIT %(limit)s
 ) AS e ON true
-ORDER BY e.xid, e.seq
+ORDER BY e.part, e.xid, e.seq
 
 -- name: stream_pump.advance
 UPDATE hopper_stream_consumer
