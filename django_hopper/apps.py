@@ -10,7 +10,7 @@ class HopperConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_hopper import checks, periodic  # noqa: F401  (register the system checks)
+        from django_hopper import checks, periodic, topology  # noqa: F401  (register the system checks)
 
         self._connect_tasks_backend()
 

@@ -63,8 +63,18 @@ DEFAULTS: dict[str, Any] = {
     "PERIODIC": [],
     # PostgreSQL: run the hot statements (insert, claim, finalize) as server-side
     # prepared statements, planned once per connection. Set False behind
-    # PgBouncer in transaction mode before 1.21 (no prepared statement support).
+    # PgBouncer in transaction mode before 1.21 (no prepared statement support);
+    # HOPPER["POOLERS"] turns them off for the aliases behind such a pooler.
     "PREPARED_STATEMENTS": True,
+    # Several databases and poolers (django_hopper.topology, docs/deploying.md).
+    # Queues living on another alias than DATABASE: queue -> alias.
+    "QUEUE_DATABASES": {},
+    # Aliases reached through a connection pooler: alias -> "transaction" or
+    # "session". Through a transaction pooler hopper prepares no statements.
+    "POOLERS": {},
+    # alias -> alias of a direct connection to the same database, for LISTEN and
+    # the leader's maintenance (they need a session a transaction pooler lacks).
+    "DIRECT_DATABASES": {},
 }
 
 

@@ -50,6 +50,12 @@ TEMPLATES = [
 ENGINE = os.environ.get("HOPPER_TEST_DATABASE", "sqlite")
 _db_name = os.environ.get("HOPPER_TEST_DB_NAME")
 
+#: A PgBouncer in front of the server (tests/pgbouncer.py; scripts/test's bouncer pass):
+#: its port and pool mode. "default" then goes through it, and "direct" is the
+#: same database without it, for LISTEN and maintenance.
+_bouncer_port = os.environ.get("HOPPER_TEST_PGBOUNCER_PORT")
+_bouncer_mode = os.environ.get("HOPPER_TEST_PGBOUNCER_MODE", "transaction")
+
 if ENGINE == "postgres":
     DATABASES = {
         "default": {
@@ -62,6 +68,14 @@ if ENGINE == "postgres":
             "TEST": {"NAME": "test_hopper_" + os.environ.get("HOPPER_TEST_DB_SUFFIX", "main")},
         }
     }
+    if _bouncer_port:
+        DATABASES["direct"] = dict(DATABASES["default"])
+        DATABASES["default"] = {
+            **DATABASES["default"],
+            "PORT": _bouncer_port,
+            # Django's advice for transaction pooling: no server-side cursors.
+            "DISABLE_SERVER_SIDE_CURSORS": _bouncer_mode == "transaction",
+        }
 elif ENGINE == "sqlite":
     _file = str(BASE_DIR / f".test-{os.environ.get('HOPPER_TEST_DB_SUFFIX', 'main')}.sqlite3")
     DATABASES = {
@@ -86,6 +100,9 @@ HOPPER = {
     "POLL_INTERVAL": 0.2,
     "IMPORTS": ["tests.testapp.jobs"],
 }
+if ENGINE == "postgres" and _bouncer_port:
+    HOPPER["POOLERS"] = {"default": _bouncer_mode}
+    HOPPER["DIRECT_DATABASES"] = {"default": "direct"}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

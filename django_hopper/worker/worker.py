@@ -41,8 +41,9 @@ from django_hopper.engine.base import (
     JobClaimParams,
     JobFinalize,
 )
-from django_hopper.exceptions import DatabaseUnavailable, UnknownJobKind
+from django_hopper.exceptions import DatabaseUnavailable, NotSupported, UnknownJobKind
 from django_hopper.maintenance.leader import Elector, Maintainer
+from django_hopper.topology import describe, maintenance_alias, session_alias, undeclared_proxy
 from django_hopper.worker import execution
 from django_hopper.worker.completer import Completer
 from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
@@ -347,7 +348,10 @@ class Notifier:
             while not w.stopping_hard.is_set():
                 listener = None
                 try:
-                    listener = w.engine.listener()
+                    try:
+                        listener = w.engine.listener()
+                    except NotSupported:
+                        return  # no session for LISTEN (a transaction pooler): poll
                     listener.listen([CHANNEL_INSERT, CHANNEL_CONTROL, CHANNEL_LEADER])
                     if not first:
                         logger.info("listening again")
@@ -411,11 +415,12 @@ class Worker:
         self.notifier = Notifier(self)
         self.maintainer: Maintainer | None = None
         if self.config.maintenance:
-            elector = Elector(
-                self.engine, lambda: self.client_id, float(self.config.leader_ttl or 15)
-            )
+            # Through the direct connection when the alias has one (topology).
+            direct = maintenance_alias(self.engine.alias)
+            session = self.engine if direct == self.engine.alias else get_engine(direct)
+            elector = Elector(session, lambda: self.client_id, float(self.config.leader_ttl or 15))
             self.maintainer = Maintainer(
-                self.engine, elector, interval=float(self.config.maintenance_interval or 1)
+                session, elector, interval=float(self.config.maintenance_interval or 1)
             )
         self._threads: list[threading.Thread] = []
         self._started = False
@@ -637,6 +642,14 @@ class Worker:
             self.client_id,
             ", ".join(f"{q}:{c}" for q, c in self.config.queues.items()) or "none",
         )
+        # Polling because a transaction pooler leaves no session to LISTEN on is
+        # said at WARNING: wake-ups then wait up to a poll interval.
+        listens = session_alias(self.engine.alias) is not None
+        degraded = not listens and self.engine.features.supports_listen
+        logger.log(logging.WARNING if degraded else logging.INFO, "%s", describe(self.engine.alias))
+        proxy = undeclared_proxy(self.engine.alias)
+        if proxy is not None:
+            logger.warning("%s", proxy)
 
     def __enter__(self) -> Worker:
         self.setup()

@@ -13,6 +13,7 @@ from django_hopper.engine.postgres.clients import ClientsMixin
 from django_hopper.engine.postgres.history import PostgresPeriodicHistoryMixin
 from django_hopper.engine.postgres.jobs import JobsMixin
 from django_hopper.engine.postgres.leases import LeasesMixin
+from django_hopper.engine.postgres.listener import ConnectionRoute
 from django_hopper.engine.postgres.pubsub import PubSubMixin
 from django_hopper.engine.postgres.queues import QueuesMixin
 from django_hopper.engine.postgres.stats import StatsMixin
@@ -47,3 +48,13 @@ class PostgresEngine(
         supports_storage_parameters=True,
         supports_xid_streams=True,
     )
+
+    def connection_route(self) -> ConnectionRoute:
+        """Return where the alias's connection goes, to tell a pooler in front of it."""
+        row = self._fetchone("listener.route", {})
+        info = self.connection.connection.info
+        return ConnectionRoute(
+            host=str(info.host),
+            client_port=int(info.port),
+            server_port=None if row is None or row[0] is None else int(row[0]),
+        )

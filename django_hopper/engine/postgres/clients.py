@@ -18,7 +18,7 @@ from django_hopper.engine.base import (
     QueueRow,
 )
 from django_hopper.engine.postgres import convert
-from django_hopper.engine.postgres.support import PostgresSupport, db_errors
+from django_hopper.engine.postgres.support import PostgresSupport
 from django_hopper.exceptions import DatabaseError, InvalidJob
 
 
@@ -138,8 +138,6 @@ class ClientsMixin(PostgresSupport):
 
     def listener(self) -> Listener:
         """Open a dedicated connection (never Django's) that LISTENs for notifications."""
-        from django_hopper.engine.postgres.listener import PostgresListener
+        from django_hopper.engine.postgres.listener import open_listener
 
-        with db_errors():
-            params = self.connection.get_connection_params()
-        return PostgresListener(params)
+        return open_listener(self.alias)

@@ -1,29 +1,80 @@
 """The PostgreSQL listener: LISTEN on a dedicated autocommit connection.
 
 It must not be one of Django's connections: it blocks waiting for
-notifications, and a pooled connection would be handed to other work.
+notifications, and a pooled connection would be handed to other work. It
+connects with the settings of the alias's session connection
+(:func:`django_hopper.topology.session_alias`): the direct connection named by
+``HOPPER["DIRECT_DATABASES"]`` when there is one, since a transaction pooler
+gives a client no session to LISTEN on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from django_hopper.engine.base import Listener, Notification
-from django_hopper.engine.postgres.support import QUERIES
-from django_hopper.exceptions import DatabaseError, InvalidJob
+from django_hopper.engine.postgres.support import QUERIES, db_errors
+from django_hopper.exceptions import DatabaseError, InvalidJob, NotSupported
 
 #: Django's connection parameters that configure its own cursors, not the server.
 _DJANGO_ONLY = ("cursor_factory", "context", "pool", "server_side_binding", "assume_role")
 
 
+def open_listener(alias: str) -> PostgresListener:
+    """Open a listener for the database of ``alias``, through its session connection.
+
+    Raises NotSupported when the alias is behind a transaction pooler with no
+    direct connection configured: the caller polls instead.
+    """
+    from django.db import connections
+
+    from django_hopper.topology import session_alias
+
+    session = session_alias(alias)
+    if session is None:
+        raise NotSupported(
+            f"database {alias!r} is behind a transaction pooler and "
+            "HOPPER['DIRECT_DATABASES'] names no direct connection for it: poll instead"
+        )
+    with db_errors():
+        params = connections[session].get_connection_params()
+    return PostgresListener(params, alias=session)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionRoute:
+    """Where a connection goes: the port the client dialled and the one the server has."""
+
+    #: The host the client connected to (a directory for a Unix socket).
+    host: str
+    #: The port the client connected to.
+    client_port: int
+    #: The port the server listens on; None when it was reached over a Unix socket.
+    server_port: int | None
+
+    @property
+    def proxied(self) -> bool:
+        """Whether a proxy sits between: a TCP client whose server has another port."""
+        if self.host.startswith("/"):
+            return False
+        return self.server_port != self.client_port
+
+    def __str__(self) -> str:
+        server = "a Unix socket" if self.server_port is None else f"port {self.server_port}"
+        return f"client port {self.client_port}, server on {server}"
+
+
 class PostgresListener(Listener):
     """A connection that receives notifications; a lost one raises DatabaseError."""
 
-    def __init__(self, params: Mapping[str, Any]) -> None:
+    def __init__(self, params: Mapping[str, Any], *, alias: str | None = None) -> None:
+        #: The Django alias whose settings it connected with.
+        self.alias = alias
         conninfo = {k: v for k, v in params.items() if k not in _DJANGO_ONLY}
         try:
             self._conn: psycopg.Connection[Any] = psycopg.connect(autocommit=True, **conninfo)

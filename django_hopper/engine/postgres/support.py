@@ -12,8 +12,10 @@ client side and prepares nothing, so PostgreSQL would parse and plan them on
 every call (the plan costs more than the run), and psycopg would re-parse
 their text in Python. They run on a plain psycopg cursor over the same raw
 connection Django's atomic blocks control, so they stay transactional.
-``HOPPER["PREPARED_STATEMENTS"] = False`` (PgBouncer in transaction mode before
-1.21) sends them through Django's cursor instead; the SQL works both ways.
+``HOPPER["PREPARED_STATEMENTS"] = False``, or an alias behind a transaction
+pooler (``HOPPER["POOLERS"]``: PgBouncer gives each transaction any server
+connection, where a statement prepared on another is unknown), sends them
+through Django's cursor instead; the SQL works both ways.
 
 PostgreSQL plans a prepared statement for its parameters ("custom" plans)
 unless the plan for any parameters ("generic") looks no costlier, and for the
@@ -47,7 +49,6 @@ from django.db import OperationalError as DjangoOperationalError
 from django.db import transaction
 from psycopg.types.datetime import TimestamptzLoader
 
-from django_hopper.conf import hopper_settings
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.queries import load
 from django_hopper.exceptions import (
@@ -58,6 +59,7 @@ from django_hopper.exceptions import (
     JobLocked,
     UniqueConflict,
 )
+from django_hopper.topology import prepares
 
 #: Every named query of the engine (``queries/*.sql``).
 QUERIES: dict[str, str] = load(os.path.dirname(__file__))
@@ -184,12 +186,13 @@ class PostgresSupport(BaseEngine):
     def _prepared_cursor(self) -> psycopg.Cursor[Any] | None:
         """Return a server-binding cursor on Django's connection, or None to use Django's.
 
-        None when prepared statements are off, or when Django logs queries or
+        None when prepared statements are off for the alias
+        (:func:`django_hopper.topology.prepares`), or when Django logs queries or
         has execute wrappers (DEBUG, CaptureQueriesContext, instrumentation),
         which only see statements sent through its own cursor.
         """
         conn = self.connection
-        if conn.queries_logged or conn.execute_wrappers or not hopper_settings.PREPARED_STATEMENTS:
+        if conn.queries_logged or conn.execute_wrappers or not prepares(self.alias):
             return None
         # What Django's cursor() and execute() check before a statement.
         conn.close_if_health_check_failed()

@@ -83,3 +83,8 @@ SELECT count(pg_notify(%(channel)s, p)) FROM unnest(%(payloads)s::text[]) AS p
 -- name: listener.listen
 -- The channel is an identifier, quoted by psycopg.sql before it is sent.
 LISTEN {channel}
+
+-- name: listener.route
+-- The port the server itself listens on (NULL over a Unix socket): another
+-- port than the client connected to means a proxy, such as PgBouncer, between.
+SELECT inet_server_port()
