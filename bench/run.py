@@ -106,7 +106,7 @@ def _bench_client(engine: Any) -> int:
     Left to expire: the probes roll back their claims, so it owns nothing,
     and the next measurement's reset truncates it.
     """
-    from django_hopper.engine.base import ClientRegisterParams
+    from django_hopper.engine.params import ClientRegisterParams
 
     return engine.client_register(
         ClientRegisterParams(hostname="bench-probe", ttl=dt.timedelta(hours=6))
@@ -547,7 +547,7 @@ class Suite:
         from django.db import connection, connections, transaction
 
         from django_hopper.engine import get_engine
-        from django_hopper.engine.base import JobClaimParams
+        from django_hopper.engine.params import JobClaimParams
 
         engine = get_engine()
         params = JobClaimParams(queue="bench", client_id=_bench_client(engine), limit=10)
@@ -603,7 +603,7 @@ class Suite:
         from django.db import connection, connections, transaction
 
         from django_hopper.engine import get_engine
-        from django_hopper.engine.base import JobClaimParams, JobFinalize, JobFinalizeParams
+        from django_hopper.engine.params import JobClaimParams, JobFinalize, JobFinalizeParams
 
         engine = get_engine()
         claim_params = JobClaimParams(queue="bench", client_id=_bench_client(engine), limit=10)

@@ -49,15 +49,26 @@ _LAZY = {
     "consume": "django_hopper.streams",
     "seek": "django_hopper.streams",
     "read": "django_hopper.streams",
+    # the public types and vocabulary (django_hopper.types)
+    "JobRow": "django_hopper.types",
+    "AttemptError": "django_hopper.types",
+    "AttemptLog": "django_hopper.types",
+    "Progress": "django_hopper.types",
+    "JobState": "django_hopper.types",
 }
 
 # Spelled out (not derived from _LAZY) so that linters and type checkers read it.
 __all__ = [
+    "AttemptError",
+    "AttemptLog",
     "Batch",
     "JobFunction",
     "JobHandle",
+    "JobRow",
+    "JobState",
     "Pass",
     "PreparedJob",
+    "Progress",
     "Run",
     "Workflow",
     "__version__",
@@ -118,6 +129,7 @@ if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
     )
     from django_hopper.resumable import Pass, Run, resumable
     from django_hopper.streams import append, consume, read, seek
+    from django_hopper.types import AttemptError, AttemptLog, JobRow, JobState, Progress
     from django_hopper.workflows import Workflow, get_workflow
 
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from django_hopper.exceptions import InvalidJob, NotFound
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import AttemptLog, BaseEngine, JobRow
+    from django_hopper.engine.base import BaseEngine
+    from django_hopper.types import AttemptLog, JobRow
 
 __all__ = [
     "cancel_job",
@@ -64,7 +65,7 @@ def cancel_job(job_id: uuid.UUID | str) -> JobRow:
     the returned row, with ``cancel_requested_at`` set). A finished job is
     returned unchanged. Raises NotFound for an unknown job.
     """
-    from django_hopper.engine.base import JobCancelParams
+    from django_hopper.engine.params import JobCancelParams
 
     engine = _engine()
     jid = parse_job_id(job_id)
@@ -106,7 +107,7 @@ def retry_job(job_id: uuid.UUID | str, *, from_start: bool = False) -> JobRow:
     recorded progress. Raises JobRunning for a running job, UniqueConflict if
     a live job holds its unique key, NotFound for an unknown job.
     """
-    from django_hopper.engine.base import JobRetryParams
+    from django_hopper.engine.params import JobRetryParams
 
     if not isinstance(from_start, bool):
         raise InvalidJob(
@@ -121,7 +122,7 @@ def delete_job(job_id: uuid.UUID | str) -> JobRow:
     Raises JobRunning for a running job (cancel it instead), NotFound for an
     unknown job.
     """
-    from django_hopper.engine.base import JobDeleteParams
+    from django_hopper.engine.params import JobDeleteParams
 
     return _engine().job_delete(JobDeleteParams(id=parse_job_id(job_id)))
 
@@ -165,14 +166,14 @@ def list_jobs(
     ``ordering_key`` needs ``queue`` (a key is a lane within its queue).
     """
     from django_hopper import validation
-    from django_hopper.engine.base import JobListParams
-    from django_hopper.models import JobState
+    from django_hopper.engine.params import JobListParams
+    from django_hopper.types import JobState
 
     state_tuple = _strings(states, "states")
     for state in state_tuple:
-        if state not in JobState.values:
+        if state not in JobState.values():
             raise InvalidJob(
-                f"states has {state!r}; job states are {', '.join(JobState.values)}",
+                f"states has {state!r}; job states are {', '.join(JobState.values())}",
                 field="states",
             )
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:

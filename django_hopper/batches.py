@@ -26,14 +26,10 @@ from typing import TYPE_CHECKING, Any, cast
 from django_hopper.exceptions import InvalidJob, NotFound
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import (
-        BaseEngine,
-        BatchRow,
-        BatchWorkflowContract,
-        JobInsertParams,
-        JobRow,
-    )
+    from django_hopper.engine.base import BaseEngine, BatchWorkflowContract
+    from django_hopper.engine.params import JobInsertParams
     from django_hopper.jobs import JobFunction, JobHandle, PreparedJob
+    from django_hopper.types import BatchRow, JobRow
 
 logger = logging.getLogger("django_hopper.batches")
 
@@ -153,7 +149,7 @@ class Batch:
         from django.db import transaction
 
         from django_hopper.engine import get_engine
-        from django_hopper.engine.base import BatchInsertParams, JobInsertOpts
+        from django_hopper.engine.params import BatchInsertParams, JobInsertOpts
         from django_hopper.jobs import JobHandle
         from django_hopper.validation import json_normalize
 
@@ -198,7 +194,7 @@ def settle_finished(engine: BaseEngine, jobs: Sequence[JobRow]) -> None:
     On a single-writer engine the finalizing transaction did it all already.
     Errors are logged, not raised: the sweep is the backstop.
     """
-    from django_hopper.engine.base import BatchSettleParams, WorkflowPromoteParams
+    from django_hopper.engine.params import BatchSettleParams, WorkflowPromoteParams
 
     done = [j for j in jobs if j.batch_id is not None]
     if not done or engine.features.single_writer:

@@ -76,7 +76,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
         from django_hopper.validation import QUEUE_RE
 
         for name, conc in queues.items():
-            if not isinstance(name, str) or not QUEUE_RE.match(name):
+            if not isinstance(name, str) or not QUEUE_RE.fullmatch(name):
                 errors.append(
                     Error(
                         f"HOPPER['QUEUES'] has a malformed queue name {name!r}.",

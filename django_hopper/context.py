@@ -15,14 +15,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from django_hopper.exceptions import JobCanceled, JobFenced
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import (
-        JSON,
-        BaseEngine,
-        Dependency,
-        JobID,
-        JobRow,
-        Progress,
-    )
+    from django_hopper.engine.base import BaseEngine
+    from django_hopper.types import JSON, Dependency, JobID, JobRow, Progress
 
 
 class JobSnooze(Exception):
@@ -120,7 +114,7 @@ class JobContext:
     # -- progress -----------------------------------------------------------
 
     def _progress_params(self, step: str, cursor: JSON) -> Any:
-        from django_hopper.engine.base import JobRecordProgressParams
+        from django_hopper.engine.params import JobRecordProgressParams
 
         return JobRecordProgressParams(
             id=self.job.id,

@@ -36,7 +36,9 @@ from django_hopper import validation
 from django_hopper.exceptions import InvalidJob, UnknownJobKind
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine, JobInsertParams, JobRow
+    from django_hopper.engine.base import BaseEngine
+    from django_hopper.engine.params import JobInsertParams
+    from django_hopper.types import JobRow
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -392,7 +394,7 @@ class JobFunction(Generic[P, R]):
         A ``run_after`` timedelta is resolved here, from ``now`` (default: the
         current time), so the jobs of one call share their schedule.
         """
-        from django_hopper.engine.base import JobInsertParams
+        from django_hopper.engine.params import JobInsertParams
 
         opts = self.options
         scheduled_at: dt.datetime | None = None
@@ -575,8 +577,9 @@ def _insert(entries: Sequence[_Entry]) -> list[JobHandle]:
     from django.db import transaction
 
     from django_hopper.engine import get_engine
-    from django_hopper.engine.base import ConflictAction, JobInsertOpts, JobInsertResult
+    from django_hopper.engine.params import JobInsertOpts, JobInsertResult
     from django_hopper.signals import job_enqueued
+    from django_hopper.types import ConflictAction
 
     engine = get_engine()
     plain: list[int] = []
@@ -725,8 +728,9 @@ class JobHandle:
         """
         import time
 
-        from django_hopper.engine.base import CHANNEL_DONE, Listener
+        from django_hopper.engine.base import Listener
         from django_hopper.exceptions import HopperError, JobFailed, NotFound
+        from django_hopper.types import CHANNEL_DONE
 
         engine = self._engine()
         deadline = None if timeout is None else time.monotonic() + float(timeout)
@@ -823,7 +827,7 @@ def job(
         validation.queue_name(queue)
     if max_attempts is not None:
         validation.max_attempts(max_attempts)
-    _check_priority(priority)
+    validation.priority(priority)
     timeout_s = _check_timeout(timeout)
     if not isinstance(takes_context, bool):
         raise InvalidJob(
@@ -953,21 +957,6 @@ def resolve(kind: str) -> JobFunction[Any, Any]:
         f"that import path ({problem}; is its module listed in HOPPER['IMPORTS']?)",
         field="kind",
     )
-
-
-def _check_priority(value: Any) -> None:
-    """Check a decorator's priority now if models can be imported, else leave it to enqueue.
-
-    The range lives with the models, which cannot be imported while the app
-    registry loads; a module of jobs may be imported then, and every enqueue
-    checks the priority again anyway.
-    """
-    from django.apps import apps
-
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidJob(f"priority must be an integer, not {value!r}", field="priority")
-    if apps.models_ready:
-        validation.priority(value)
 
 
 def _check_timeout(value: float | dt.timedelta | None) -> float | None:

@@ -15,26 +15,20 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-
-class JobState(models.TextChoices):
-    """Where a job is in its life; see ARCHITECTURE.md for the state machine."""
-
-    PENDING = "pending", "pending"
-    AVAILABLE = "available", "available"
-    SCHEDULED = "scheduled", "scheduled"
-    RETRYABLE = "retryable", "retryable"
-    RUNNING = "running", "running"
-    COMPLETED = "completed", "completed"
-    CANCELED = "canceled", "canceled"
-    DISCARDED = "discarded", "discarded"
+from django_hopper.types import (
+    FINAL_STATES,
+    LIVE_STATES,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    DependencyFailure,
+    JobState,
+    Vocabulary,
+)
 
 
-LIVE_STATES: tuple[str, ...] = ("pending", "available", "scheduled", "retryable", "running")
-WAITING_STATES: tuple[str, ...] = ("pending", "available", "scheduled", "retryable")
-FINAL_STATES: tuple[str, ...] = ("completed", "canceled", "discarded")
-
-PRIORITY_MIN = -100
-PRIORITY_MAX = 100
+def _choices(vocabulary: type[Vocabulary]) -> list[tuple[str, str]]:
+    """Return a vocabulary of :mod:`django_hopper.types` as field choices (label = value)."""
+    return [(word, word) for word in vocabulary.values()]
 
 
 class JobBase(models.Model):
@@ -48,7 +42,7 @@ class JobBase(models.Model):
     id = models.UUIDField(primary_key=True, editable=False)
     kind = models.CharField(max_length=255)
     queue = models.CharField(max_length=128)
-    state = models.CharField(max_length=16, choices=JobState.choices)
+    state = models.CharField(max_length=16, choices=_choices(JobState))
     priority = models.SmallIntegerField(default=0)
     attempt = models.IntegerField(default=0)
     max_attempts = models.IntegerField(default=25)
@@ -358,17 +352,6 @@ class BatchProgress(models.Model):
         indexes = [models.Index(fields=["batch_id"], name="hopper_batch_progress_batch")]
 
 
-class DependencyFailure(models.TextChoices):
-    """What a dependent does when a dependency is canceled or discarded."""
-
-    #: The dependent is canceled too (and so on down the graph).
-    CANCEL = "cancel", "cancel"
-    #: The dependent is discarded.
-    DISCARD = "discard", "discard"
-    #: The dependent runs anyway, and can read the dependency's state.
-    RUN = "run", "run"
-
-
 class JobDependency(models.Model):
     """An edge of a workflow: ``job_id`` waits for ``depends_on``."""
 
@@ -377,7 +360,7 @@ class JobDependency(models.Model):
     job_id = models.UUIDField()
     depends_on = models.UUIDField()
     on_failure = models.CharField(
-        max_length=16, choices=DependencyFailure.choices, default=DependencyFailure.CANCEL
+        max_length=16, choices=_choices(DependencyFailure), default=DependencyFailure.CANCEL.value
     )
     reads = models.BooleanField(default=False)
 
@@ -401,7 +384,7 @@ class DependencyResult(models.Model):
     job_id = models.UUIDField(primary_key=True)
     workflow_id = models.UUIDField()
     step = models.CharField(max_length=255, null=True, blank=True)
-    state = models.CharField(max_length=16, choices=JobState.choices)
+    state = models.CharField(max_length=16, choices=_choices(JobState))
     output = models.JSONField(null=True, blank=True)
     finalized_at = models.DateTimeField()
 

@@ -46,7 +46,7 @@ from django_hopper import validation
 from django_hopper.exceptions import InvalidJob
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import JobInsertParams, PeriodicRegistration
+    from django_hopper.engine.params import JobInsertParams, PeriodicRegistration
 
 UTC = dt.UTC
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
@@ -54,7 +54,7 @@ CatchUp = Literal["once", "skip"]
 CATCH_UP_POLICIES: tuple[str, ...] = ("once", "skip")
 #: A slot counts as on time while it is less than this old (leader latency).
 DEFAULT_GRACE = dt.timedelta(seconds=60)
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,255}$")
+_NAME_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,255}")
 #: The keys a HOPPER["PERIODIC"] entry may have.
 SETTING_KEYS = frozenset(
     {
@@ -235,7 +235,7 @@ class PeriodicDefinition:
 
     def registration(self) -> PeriodicRegistration:
         """Return the engine registration of this definition (JSON and digest)."""
-        from django_hopper.engine.base import PeriodicRegistration
+        from django_hopper.engine.params import PeriodicRegistration
 
         definition = self.to_json()
         return PeriodicRegistration(
@@ -255,7 +255,7 @@ def job_params(definition: Mapping[str, Any], name: str, slot: dt.datetime) -> J
     The job runs at once (the slot is due); its metadata names the periodic
     job and the slot, so listings and the admin can tell where it came from.
     """
-    from django_hopper.engine.base import JobInsertParams
+    from django_hopper.engine.params import JobInsertParams
 
     ttl = definition.get("ttl")
     return JobInsertParams(
@@ -296,7 +296,7 @@ def _build(obj: dict[str, Any], *, source: str) -> PeriodicDefinition:
     if not isinstance(kind, str) or not kind:
         raise InvalidPeriodic(f"{source} needs 'job', the job's kind (import path)", field="job")
     name = obj.get("name") or kind
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise InvalidPeriodic(
             f"periodic name {name!r} is malformed: use letters, digits, '_', '-', '.' and ':'",
             field="name",

@@ -23,20 +23,19 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from django_hopper import periodic
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine, PeriodicHistoryContract
+from django_hopper.engine.params import (
     HistoryIndexParams,
     HistoryIndexResult,
     HistoryMaintainParams,
     HistoryMaintainResult,
     JobsMaintainParams,
     JobsMaintainResult,
-    PeriodicHistoryContract,
     PeriodicInsertParams,
     PeriodicRegisterParams,
-    PeriodicRegistrationRow,
 )
 from django_hopper.exceptions import HopperError
+from django_hopper.types import PeriodicRegistrationRow
 
 logger = logging.getLogger("django_hopper.periodic")
 

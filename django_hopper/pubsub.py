@@ -35,8 +35,9 @@ from django_hopper.engine.topics import Message
 from django_hopper.exceptions import InvalidJob
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine, PubSubContract, SubscriptionRow
+    from django_hopper.engine.base import BaseEngine, PubSubContract
     from django_hopper.jobs import JobHandle
+    from django_hopper.types import SubscriptionRow
 
 __all__ = [
     "Message",
@@ -66,7 +67,7 @@ class Subscription:
 
     def row(self) -> SubscriptionRow:
         """Return the engine row this declaration upserts."""
-        from django_hopper.engine.base import SubscriptionRow
+        from django_hopper.types import SubscriptionRow
 
         return SubscriptionRow(
             name=self.name,
@@ -179,7 +180,7 @@ def publish(
     ``duplicate=True``. ``delay`` and ``ttl`` are timedeltas or seconds.
     """
     from django_hopper.engine import get_engine
-    from django_hopper.engine.base import MessagePublishParams
+    from django_hopper.engine.params import MessagePublishParams
     from django_hopper.jobs import JobHandle
 
     if delay is not None and not isinstance(delay, dt.timedelta):

@@ -15,7 +15,8 @@ from django_hopper import validation
 from django_hopper.exceptions import InvalidJob
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import QueueControlsContract, QueueRow, Stats
+    from django_hopper.engine.base import QueueControlsContract
+    from django_hopper.types import QueueRow, Stats
 
 __all__ = [
     "list_queues",
@@ -70,7 +71,7 @@ def set_queue_limits(
     ``aging`` (seconds or a timedelta) raises a waiting job's priority one
     level per interval waited. Every call replaces all five settings.
     """
-    from django_hopper.engine.base import QueueLimits
+    from django_hopper.types import QueueLimits
 
     if burst is not None:
         if isinstance(burst, bool) or not isinstance(burst, int) or burst < 0:
@@ -102,7 +103,7 @@ def retry_ordering_key(queue: str, key: str, *, limit: int = 1000) -> int:
     """Wake an ordering key: up to ``limit`` of its jobs waiting on a retry or a
     snooze run now (keeping their TTL), and a running one that snoozes or fails
     next runs again at once. Returns how many waiting jobs were woken."""
-    from django_hopper.engine.base import JobRetryOrderingKeyParams
+    from django_hopper.engine.params import JobRetryOrderingKeyParams
 
     return _engine().job_retry_ordering_key(
         JobRetryOrderingKeyParams(queue=queue, ordering_key=key, limit=limit)

@@ -55,7 +55,8 @@ from django_hopper.exceptions import HopperError, InvalidJob, JobCanceled, JobFe
 from django_hopper.jobs import EnqueueOptions, JobFunction, JobHandle
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import JSON, BaseEngine, JobID, LeaseStepContract
+    from django_hopper.engine.base import BaseEngine, LeaseStepContract
+    from django_hopper.types import JSON, JobID
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -203,7 +204,7 @@ class Run:
         the pass see the same value. ``retry`` more tries are made at once,
         each failure recorded in the ledger, before the error fails the pass.
         """
-        from django_hopper.engine.base import JobStepGetParams, JobStepRecordParams
+        from django_hopper.engine.params import JobStepGetParams, JobStepRecordParams
 
         if name in self._seen:
             raise DuplicateStep(
@@ -247,7 +248,7 @@ class Run:
         discard a finished run). A finishing pass's progress is marked done, so
         a pass that runs again after such a crash returns the stored output.
         """
-        from django_hopper.engine.base import JobRecordProgressParams, JobStepsClearParams
+        from django_hopper.engine.params import JobRecordProgressParams, JobStepsClearParams
 
         value = validation.json_normalize(cursor, "cursor")
         stored = stored_progress(value, self._counters, self._passes + 1, done=done)
@@ -385,7 +386,7 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
         elsewhere, finished, paused).
         """
         from django_hopper.engine import get_engine
-        from django_hopper.engine.base import JobClaimByIDParams, JobFinalizeParams
+        from django_hopper.engine.params import JobClaimByIDParams, JobFinalizeParams
         from django_hopper.worker.execution import _call_args, completed, failed, snoozed
 
         engine = get_engine()
@@ -445,7 +446,7 @@ def resumable(
         validation.max_attempts(max_attempts)
     lease_td = None if lease is None else validation.positive_duration(lease, "lease")
     timeout_s = jobs._check_timeout(timeout)
-    jobs._check_priority(priority)
+    validation.priority(priority)
 
     def decorate(f: Callable[..., Pass | None]) -> ResumableJob[..., Any]:
         if isinstance(f, JobFunction):

@@ -45,7 +45,7 @@ def send_logged(signal: Signal, sender: Any = None, **kwargs: Any) -> None:
 #:   (a ``using(...)`` copy is its own sender). ``django_hopper.enqueue_many``
 #:   and ``fn.enqueue_many`` with prepared jobs send once per distinct job
 #:   function among their items, each with that function's jobs.
-#: * ``jobs``: list of :class:`~django_hopper.engine.base.JobRow`, the jobs
+#: * ``jobs``: list of :class:`~django_hopper.types.JobRow`, the jobs
 #:   inserted by this call, as inserted.
 #: * ``duplicates``: list of ``JobRow``, existing jobs returned instead of
 #:   inserting because their unique key matched (empty for most calls).

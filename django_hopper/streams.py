@@ -30,16 +30,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from django_hopper.engine import topics
-from django_hopper.engine.base import (
-    StreamConsumerRow,
-    StreamEvent,
-    StreamPosition,
-    StreamPumpResult,
-    StreamStart,
-)
+from django_hopper.engine.params import StreamPumpResult
 from django_hopper.engine.topics import Message
 from django_hopper.exceptions import InvalidJob, NotFound
 from django_hopper.pubsub import kind_and_queue
+from django_hopper.types import StreamConsumerRow, StreamEvent, StreamPosition, StreamStart
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine, StreamsContract
@@ -117,7 +112,7 @@ def append(
     ``key`` orders the event's deliveries: those of one key run one at a time,
     in position order, per consumer queue.
     """
-    from django_hopper.engine.base import StreamAppendParams
+    from django_hopper.engine.params import StreamAppendParams
 
     return _engine().stream_append(
         StreamAppendParams(
@@ -136,7 +131,7 @@ def read(
     """Page through committed events after ``after`` whose topic matches, in position
     order: for browsing and tools. A consumer, not a loop over ``read``, is what
     never misses an event whose transaction commits late."""
-    from django_hopper.engine.base import StreamReadParams
+    from django_hopper.engine.params import StreamReadParams
 
     return _engine().stream_read(
         StreamReadParams(pattern=pattern, after=after or StreamPosition(), limit=limit)
@@ -161,9 +156,9 @@ def consume(
     position whatever ``start`` says. Recorded when a worker starts, or now
     with ``save=True``.
     """
-    if start not in StreamStart.ALL:
+    if start not in StreamStart.values():
         raise InvalidJob(
-            f"start must be one of {', '.join(StreamStart.ALL)}, not {start!r}", field="start"
+            f"start must be one of {', '.join(StreamStart.values())}, not {start!r}", field="start"
         )
     kind, q = kind_and_queue(job_fn, queue)
     consumer = Consumer(
@@ -216,7 +211,7 @@ def seek(
 ) -> StreamConsumerRow:
     """Move a consumer (exactly one target): the events after the new position are
     delivered, again if they were before. Raises NotFound for an unknown consumer."""
-    from django_hopper.engine.base import StreamSeekParams
+    from django_hopper.engine.params import StreamSeekParams
 
     params = StreamSeekParams(position=position, time=time, earliest=earliest, latest=latest)
     try:

@@ -68,8 +68,10 @@ from django_hopper.tasks_compat import (
 
 if TYPE_CHECKING:
     from django_hopper.context import JobContext
-    from django_hopper.engine.base import AttemptError, BaseEngine, JobInsertParams, JobRow
+    from django_hopper.engine.base import BaseEngine
+    from django_hopper.engine.params import JobInsertParams
     from django_hopper.jobs import JobFunction
+    from django_hopper.types import AttemptError, JobRow
 
 logger = logging.getLogger("django_hopper.tasks")
 
@@ -330,7 +332,8 @@ class HopperBackend(BaseTaskBackend):  # type: ignore[misc,unused-ignore]
         existing job's result is returned (no ``task_enqueued`` then: nothing
         was enqueued).
         """
-        from django_hopper.engine.base import ConflictAction, JobInsertOpts
+        from django_hopper.engine.params import JobInsertOpts
+        from django_hopper.types import ConflictAction
 
         self.validate_task(task)
         self._check_importable(task)
@@ -356,7 +359,7 @@ class HopperBackend(BaseTaskBackend):  # type: ignore[misc,unused-ignore]
         Public so that batch and workflow code can insert tasks as hopper does.
         """
         from django_hopper import validation
-        from django_hopper.engine.base import JobInsertParams
+        from django_hopper.engine.params import JobInsertParams
 
         stored = {
             "args": validation.json_normalize(normalize_json(list(args)), "args"),
@@ -861,7 +864,7 @@ def _on_job_finished(
     if state == "completed":
         row = dataclasses.replace(job, state=state, output=output, finalized_at=now)
     else:
-        from django_hopper.engine.base import AttemptError, RescueReason
+        from django_hopper.types import AttemptError, RescueReason
 
         by = job.attempted_by
         if isinstance(error, UnknownJobKind):  # recorded as its message, as the worker does

@@ -12,15 +12,16 @@ import re
 from typing import Any
 
 from django_hopper.exceptions import InvalidJob, UnknownQueue
+from django_hopper.types import FINAL_STATES, PRIORITY_MAX, PRIORITY_MIN
 
-QUEUE_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
+QUEUE_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,128}")
 
 
 def queue_name(value: Any, field: str = "queue") -> str:
     """Return a valid queue name or raise UnknownQueue naming the problem."""
     if not isinstance(value, str) or not value:
         raise UnknownQueue(f"{field} must be a non-empty string, not {value!r}", field=field)
-    if not QUEUE_RE.match(value):
+    if not QUEUE_RE.fullmatch(value):
         raise UnknownQueue(
             f"{field} {value!r} is malformed: use letters, digits, '_', '-', '.' and ':' "
             "(at most 128 characters)",
@@ -36,7 +37,6 @@ def priority(value: Any) -> int:
     validate while the app registry is still loading (models cannot be
     imported then).
     """
-    from django_hopper.models import PRIORITY_MAX, PRIORITY_MIN
 
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidJob(f"priority must be an integer, not {value!r}", field="priority")
@@ -159,7 +159,6 @@ def json_normalize(value: Any, field: str) -> Any:
 
 def unique_finished(value: Any) -> tuple[str, ...]:
     """Return finished states a history job may be in to count as a duplicate."""
-    from django_hopper.models import FINAL_STATES
 
     if value is None:
         return ()

@@ -14,7 +14,7 @@ Inside a job declared ``takes_context=True``, ``context.dependency_output("fetch
 returns what the ``fetch`` step returned.
 
 When a dependency is canceled or discarded, the edge's ``on_failure`` decides
-(:class:`~django_hopper.engine.base.DependencyFailure`): ``"cancel"`` (the
+(:class:`~django_hopper.types.DependencyFailure`): ``"cancel"`` (the
 default) cancels the dependent and so on down the graph, ``"discard"``
 discards it, ``"run"`` runs it anyway (it sees the failed state among its
 dependencies when it reads them).
@@ -31,8 +31,9 @@ from django_hopper.batches import call_params, contract
 from django_hopper.exceptions import InvalidJob, NotFound
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import JobInsertParams, WorkflowRow
+    from django_hopper.engine.params import JobInsertParams
     from django_hopper.jobs import JobFunction, JobHandle, PreparedJob
+    from django_hopper.types import WorkflowRow
 
 __all__ = ["Node", "Workflow", "WorkflowHandle", "get_workflow"]
 
@@ -126,7 +127,7 @@ class Workflow:
         ``on_failure`` is one policy for every edge, or a mapping from a
         dependency's step name to its policy (the others cancel).
         """
-        from django_hopper.engine.base import DependencyFailure
+        from django_hopper.types import DependencyFailure
 
         index = len(self.nodes)
         params = call_params(fn, args, kwargs, f"steps[{step or index}]")
@@ -144,10 +145,10 @@ class Workflow:
             )
         policies = [on_failure] if isinstance(on_failure, str) else list(on_failure.values())
         for policy in policies:
-            if policy not in DependencyFailure.ALL:
+            if policy not in DependencyFailure.values():
+                words = ", ".join(DependencyFailure.values())
                 raise InvalidJob(
-                    f"on_failure must be one of {', '.join(DependencyFailure.ALL)}, not {policy!r}",
-                    field="on_failure",
+                    f"on_failure must be one of {words}, not {policy!r}", field="on_failure"
                 )
         read_nodes = [self._resolve(r, "reads") for r in reads]
         deps: dict[int, Node] = {n.index: n for n in [self._resolve(a, "after") for a in after]}
@@ -197,7 +198,7 @@ class Workflow:
     def enqueue(self) -> WorkflowHandle:
         """Write the workflow atomically, inside the caller's transaction if there is one."""
         from django_hopper.engine import get_engine
-        from django_hopper.engine.base import JobDependency, WorkflowInsertParams
+        from django_hopper.engine.params import JobDependency, WorkflowInsertParams
         from django_hopper.jobs import JobHandle
         from django_hopper.validation import json_normalize
 

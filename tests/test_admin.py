@@ -13,17 +13,16 @@ from django.test import Client as HttpClient
 from django.urls import reverse
 
 from django_hopper import api
-from django_hopper.engine.base import (
-    AttemptError,
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     ClientRegisterParams,
     JobClaimParams,
     JobFinalize,
     JobFinalizeParams,
     LeaderParams,
-    QueueRow,
 )
 from django_hopper.models import Job, JobHistory
+from django_hopper.types import AttemptError, QueueRow
 from tests.testapp import jobs as testjobs
 
 pytestmark = pytest.mark.django_db

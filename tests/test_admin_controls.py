@@ -14,17 +14,17 @@ from django.urls import reverse
 
 from django_hopper import api, queues
 from django_hopper.batches import Batch
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     ClientRegisterParams,
     JobClaimParams,
     JobInsertParams,
     LeaderParams,
     PeriodicInsertParams,
     PeriodicRegisterParams,
-    QueueRow,
 )
 from django_hopper.periodic import define_periodic
+from django_hopper.types import QueueRow
 from django_hopper.workflows import Workflow, WorkflowHandle
 from tests.test_admin import act
 from tests.testapp import jobs as testjobs

@@ -22,13 +22,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_hopper import api, signals
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     ClientRegisterParams,
     JobClaimParams,
     JobFinalize,
     JobFinalizeParams,
-    JobRow,
 )
 from django_hopper.exceptions import (
     InvalidJob,
@@ -48,6 +47,7 @@ from django_hopper.jobs import (
     resolve,
 )
 from django_hopper.models import Job, JobHistory
+from django_hopper.types import JobRow
 from tests.testapp import jobs as testjobs
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,9 +15,8 @@ import psycopg
 import pytest
 from django.db import connection, connections, transaction
 
-from django_hopper.engine.base import (
-    CHANNEL_INSERT,
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     JobInsertOpts,
     JobInsertParams,
     JobRecordProgressParams,
@@ -30,6 +29,7 @@ from django_hopper.exceptions import (
     JobLocked,
     UniqueConflict,
 )
+from django_hopper.types import CHANNEL_INSERT
 from tests.engine_conformance.support import (
     HOUR,
     MINUTE,
@@ -311,7 +311,7 @@ def test_errors__a_bad_query_is_not_database_unavailable(tx_engine: BaseEngine) 
 
 def test_leader__resign_notifies_only_when_held(engine: BaseEngine, db_now: dt.datetime) -> None:
     a, b = register(engine, db_now), register(engine, db_now)
-    from django_hopper.engine.base import LeaderParams
+    from django_hopper.engine.params import LeaderParams
 
     assert engine.leader_attempt(LeaderParams(client_id=a, ttl=MINUTE, now=db_now))
     assert not engine.leader_attempt(LeaderParams(client_id=b, ttl=MINUTE, now=db_now))

@@ -13,8 +13,8 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     ClientRegisterParams,
     JobClaimParams,
     JobFinalize,

@@ -22,11 +22,11 @@ from django_hopper.admin.common import (
     row_extra_or_read,
     time_column,
 )
-from django_hopper.engine.base import Stats
 from django_hopper.models import (
     Client,
     Leader,
 )
+from django_hopper.types import Stats
 
 
 class LeaseAdmin(ReadOnlyAdmin):

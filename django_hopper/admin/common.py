@@ -20,13 +20,9 @@ from django.utils.timezone import is_aware, localtime
 
 from django_hopper import queues
 from django_hopper.admin.pagination import COUNT_VAR, EstimatedCountPaginator, HopperChangeList
-from django_hopper.engine.base import Stats
 from django_hopper.exceptions import HopperError
-from django_hopper.models import (
-    FINAL_STATES,
-    Job,
-    JobHistory,
-)
+from django_hopper.models import Job, JobHistory
+from django_hopper.types import FINAL_STATES, Stats
 
 EMPTY = "-"
 

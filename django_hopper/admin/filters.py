@@ -17,7 +17,8 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from django_hopper.models import FINAL_STATES, LIVE_STATES, Job, Queue
+from django_hopper.models import Job, Queue
+from django_hopper.types import FINAL_STATES, LIVE_STATES
 
 
 class EqualsFilter(admin.SimpleListFilter):

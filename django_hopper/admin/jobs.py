@@ -23,7 +23,6 @@ from django_hopper.admin.common import (
     time_column,
 )
 from django_hopper.admin.filters import KindFilter, QueueFilter, StateFilter
-from django_hopper.engine.base import AttemptError, Progress
 from django_hopper.exceptions import HopperError
 from django_hopper.models import (
     Batch,
@@ -31,6 +30,7 @@ from django_hopper.models import (
     JobDependency,
     JobHistory,
 )
+from django_hopper.types import AttemptError, Progress
 
 
 class JobAdminBase(FieldsetsViewAdmin):

@@ -28,11 +28,11 @@ from django_hopper.admin.common import (
     time_column,
 )
 from django_hopper.admin.filters import PausedFilter
-from django_hopper.engine.base import QueueStats
 from django_hopper.exceptions import HopperError, InvalidJob
 from django_hopper.models import (
     Queue,
 )
+from django_hopper.types import QueueStats
 
 
 class QueueLimitsForm(forms.Form):

@@ -15,8 +15,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from django_hopper.engine.base import QueueLimits, QueueState
+from django_hopper.engine.params import QueueState
 from django_hopper.exceptions import InvalidJob
+from django_hopper.types import QueueLimits
 from django_hopper.validation import queue_name
 
 #: Tokens are floats; this absorbs their rounding so that 1.9999999 allows one claim.

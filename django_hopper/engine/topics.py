@@ -32,20 +32,22 @@ from functools import lru_cache
 from typing import Any, TypedDict, TypeVar
 
 from django_hopper import validation
-from django_hopper.engine.base import (
-    JSON,
+from django_hopper.engine.params import (
     JobInsertParams,
     MessagePublishParams,
     StreamAppendParams,
+    StreamReadParams,
+    StreamSeekParams,
+)
+from django_hopper.exceptions import InvalidJob
+from django_hopper.types import (
+    JSON,
     StreamConsumerRow,
     StreamEvent,
     StreamPosition,
-    StreamReadParams,
-    StreamSeekParams,
     StreamStart,
     SubscriptionRow,
 )
-from django_hopper.exceptions import InvalidJob
 
 #: Retry budgets of deliveries whose subscription or consumer says 0: keyed
 #: deliveries hold up their lane while they retry, so they give up sooner.
@@ -185,9 +187,9 @@ def check_subscription(row: SubscriptionRow) -> SubscriptionRow:
 
 def check_consumer(row: StreamConsumerRow) -> StreamConsumerRow:
     """Return the row with every field checked (and metadata normalized)."""
-    if row.start not in StreamStart.ALL:
+    if row.start not in StreamStart.values():
         raise InvalidJob(
-            f"start must be one of {', '.join(StreamStart.ALL)}, not {row.start!r}",
+            f"start must be one of {', '.join(StreamStart.values())}, not {row.start!r}",
             field="start",
         )
     return _check_route(row)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from django_hopper.engine.base import LeaderParams
+from django_hopper.engine.params import LeaderParams
 from django_hopper.maintenance.services import Service, default_services
 from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
 

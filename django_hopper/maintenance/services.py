@@ -12,21 +12,22 @@ from typing import TYPE_CHECKING
 
 from django_hopper import signals
 from django_hopper.conf import hopper_settings
-from django_hopper.engine.base import (
-    AttemptError,
+from django_hopper.engine.params import (
     JobDiscardExpiredParams,
     JobFinalize,
     JobFinalizeParams,
     JobRescueParams,
     JobScheduleParams,
-    RescueReason,
-    rescued_state,
 )
+from django_hopper.engine.rules import rescued_state
 from django_hopper.retry import backoff
+from django_hopper.types import AttemptError, RescueReason
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine, JobID, JobRow, RescueCandidate
+    from django_hopper.engine.base import BaseEngine
+    from django_hopper.engine.params import RescueCandidate
     from django_hopper.periodic_services import PeriodicEnqueuer
+    from django_hopper.types import JobID, JobRow
 
 logger = logging.getLogger("django_hopper.maintenance")
 
@@ -186,7 +187,8 @@ class LeaseExpirer(Service):
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Expire one batch of due job leases; return how many attempts ended."""
-        from django_hopper.engine.base import JobExpireLeasesParams, LeaseStepContract
+        from django_hopper.engine.base import LeaseStepContract
+        from django_hopper.engine.params import JobExpireLeasesParams
 
         client_id = self.client_id()
         if client_id is None or not isinstance(self.engine, LeaseStepContract):
@@ -229,7 +231,8 @@ class Ager(Service):
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Age the queues whose interval has passed; return how many jobs were raised."""
-        from django_hopper.engine.base import JobAgeParams, QueueControlsContract
+        from django_hopper.engine.base import QueueControlsContract
+        from django_hopper.engine.params import JobAgeParams
 
         engine = self.engine
         if not isinstance(engine, QueueControlsContract):
@@ -343,7 +346,7 @@ class WorkflowSweeper(Service):
         import time
 
         from django_hopper.batches import contract
-        from django_hopper.engine.base import BatchSettleParams, WorkflowPromoteParams
+        from django_hopper.engine.params import BatchSettleParams, WorkflowPromoteParams
 
         engine = contract(self.engine)
         promoted = engine.workflow_promote_ready(
@@ -468,7 +471,8 @@ class StreamRetentionService(Service):
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Delete expired events a chunk at a time; return how many."""
-        from django_hopper.engine.base import StreamPruneParams, StreamsContract
+        from django_hopper.engine.base import StreamsContract
+        from django_hopper.engine.params import StreamPruneParams
 
         engine = self.engine
         if self.retention <= 0 or not isinstance(engine, StreamsContract):

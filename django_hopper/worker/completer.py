@@ -18,12 +18,13 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from django_hopper.engine.base import JobFinalize, JobFinalizeParams
+from django_hopper.engine.params import JobFinalize, JobFinalizeParams
 from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
 from django_hopper.worker.logs import job_logger
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine, JobRow
+    from django_hopper.engine.base import BaseEngine
+    from django_hopper.types import JobRow
 
 logger = logging.getLogger("django_hopper.worker.completer")
 

@@ -2,7 +2,7 @@
 
 The executor runs sync job functions in a thread pool and ``async def`` ones on
 one event loop in a dedicated thread. Whatever happens, an attempt produces
-exactly one :class:`~django_hopper.engine.base.JobFinalize` (or none, if the
+exactly one :class:`~django_hopper.engine.params.JobFinalize` (or none, if the
 worker already settled it, e.g. on a timeout), which goes to the completer.
 
 Outcomes (one function each, so the rules live in one place):
@@ -38,16 +38,18 @@ from django.db import close_old_connections, connections
 
 from django_hopper import signals
 from django_hopper.context import JobContext, JobSnooze
-from django_hopper.engine.base import AttemptError, JobFinalize, RescueReason
+from django_hopper.engine.params import JobFinalize
 from django_hopper.exceptions import JobCanceled, JobFenced
 from django_hopper.retry import backoff
+from django_hopper.types import AttemptError, RescueReason
 from django_hopper.worker.db import close_thread_connections
 from django_hopper.worker.logs import JobLogger, job_logger
 from django_hopper.worker.logs import logger as _logger
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine, JobRow
+    from django_hopper.engine.base import BaseEngine
     from django_hopper.jobs import JobFunction
+    from django_hopper.types import JobRow
 
 
 # ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import JobRow
+    from django_hopper.types import JobRow
 
 logger = logging.getLogger("django_hopper.worker")
 

@@ -17,14 +17,12 @@ The main thread waits for a stop signal and enforces sync timeouts.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import signal
 import socket
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import import_module
 from types import FrameType
@@ -32,10 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from django_hopper.conf import hopper_settings
 from django_hopper.context import JobContext
-from django_hopper.engine.base import (
-    CHANNEL_CONTROL,
-    CHANNEL_INSERT,
-    CHANNEL_LEADER,
+from django_hopper.engine.params import (
     ClientRegisterParams,
     ClientRenewParams,
     JobClaimParams,
@@ -44,13 +39,21 @@ from django_hopper.engine.base import (
 from django_hopper.exceptions import DatabaseUnavailable, NotSupported, UnknownJobKind
 from django_hopper.maintenance.leader import Elector, Maintainer
 from django_hopper.topology import describe, maintenance_alias, session_alias, undeclared_proxy
+from django_hopper.types import (
+    CHANNEL_CONTROL,
+    CHANNEL_INSERT,
+    CHANNEL_LEADER,
+    ControlAction,
+    ControlMessage,
+)
 from django_hopper.worker import execution
 from django_hopper.worker.completer import Completer
 from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
 from django_hopper.worker.execution import Execution, Executor
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine, JobID, JobRow, Notification
+    from django_hopper.engine.base import BaseEngine
+    from django_hopper.types import JobID, JobRow, Notification
 
 logger = logging.getLogger("django_hopper.worker")
 
@@ -483,38 +486,26 @@ class Worker:
 
     def on_control(self, payload: str) -> None:
         """Act on a CHANNEL_CONTROL notification; unknown ones trigger a renewal."""
-        try:
-            msg = json.loads(payload)
-        except ValueError:
-            msg = None
-        if not isinstance(msg, Mapping):
+        msg = ControlMessage.parse(payload)
+        if msg is None:
             self.heartbeat.wake.set()
-            return
-        action = msg.get("action")
-        if action == "cancel" and msg.get("job_id"):
-            import uuid
-
-            try:
-                self.cancel_job(uuid.UUID(str(msg["job_id"])))
-            except ValueError:
-                pass
-        elif action == "pause" and msg.get("queue"):
-            self.paused_queues.add(str(msg["queue"]))
-        elif action in ("resume", "unpause") and msg.get("queue"):
-            q = str(msg["queue"])
-            self.paused_queues.discard(q)
-            if q in self.producers:
-                self.producers[q].wake.set()
-        elif action == "limits" and msg.get("queue"):
+        elif msg.action == ControlAction.CANCEL and msg.job_id is not None:
+            self.cancel_job(msg.job_id)
+        elif msg.action == ControlAction.PAUSE and msg.queue:
+            self.paused_queues.add(msg.queue)
+        elif msg.action == ControlAction.RESUME and msg.queue:
+            self.paused_queues.discard(msg.queue)
+            if msg.queue in self.producers:
+                self.producers[msg.queue].wake.set()
+        elif msg.action == ControlAction.LIMITS and msg.queue:
             # Switch paths at once: an unlimited claim of a limited queue takes nothing.
-            q = str(msg["queue"])
-            if msg.get("limited"):
-                self.limited_queues.add(q)
+            if msg.limited:
+                self.limited_queues.add(msg.queue)
             else:
-                self.limited_queues.discard(q)
-            if q in self.producers:
-                self.producers[q].hold_until = 0.0
-                self.producers[q].wake.set()
+                self.limited_queues.discard(msg.queue)
+            if msg.queue in self.producers:
+                self.producers[msg.queue].hold_until = 0.0
+                self.producers[msg.queue].wake.set()
         else:
             self.heartbeat.wake.set()
 

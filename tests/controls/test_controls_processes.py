@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import pytest
 
-from django_hopper.engine.base import BaseEngine, JobInsertOpts, JobInsertParams
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import JobInsertOpts, JobInsertParams
 from django_hopper.models import Job, JobHistory
 from django_hopper.queues import pause_queue, resume_queue, set_queue_limits
 from tests.controls.conftest import processes as processes

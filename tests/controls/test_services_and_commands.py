@@ -8,7 +8,8 @@ import json
 
 from django.core.management import call_command
 
-from django_hopper.engine.base import BaseEngine, JobInsertOpts, JobInsertParams
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import JobInsertOpts, JobInsertParams
 from django_hopper.maintenance.services import Ager
 from django_hopper.queues import pause_queue, set_queue_limits
 

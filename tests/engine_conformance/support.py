@@ -11,8 +11,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine, Listener
+from django_hopper.engine.params import (
     ClientRegisterParams,
     JobClaimParams,
     JobFinalize,
@@ -22,11 +22,8 @@ from django_hopper.engine.base import (
     JobInsertParams,
     JobInsertResult,
     JobListParams,
-    JobRow,
-    Listener,
-    Notification,
 )
-from django_hopper.models import LIVE_STATES
+from django_hopper.types import LIVE_STATES, JobRow, Notification
 
 SECOND = dt.timedelta(seconds=1)
 MINUTE = dt.timedelta(minutes=1)

@@ -26,19 +26,19 @@ import pytest
 from django.db import connection, transaction
 
 from django_hopper.batches import settle_finished
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     BatchInsertParams,
     BatchSettleParams,
     JobCancelParams,
     JobDependency,
     JobInsertParams,
     JobListParams,
-    JobRow,
     WorkflowInsertParams,
     WorkflowPromoteParams,
 )
 from django_hopper.models import Batch, Job
+from django_hopper.types import JobRow
 from tests.engine_conformance.support import claim, finalize, insert_many, register, result
 from tests.engine_conformance.test_concurrency import run_threads
 

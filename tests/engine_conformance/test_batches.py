@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     BatchInsertParams,
     BatchSettleParams,
     JobInsertParams,
@@ -154,7 +154,7 @@ def test_batch_settle__empty_ids_settle_nothing(engine: BaseEngine) -> None:
 def test_job_cancel__of_a_waiting_batch_job_counts_as_failed(
     engine: BaseEngine, db_now: dt.datetime
 ) -> None:
-    from django_hopper.engine.base import JobCancelParams, JobDeleteParams
+    from django_hopper.engine.params import JobCancelParams, JobDeleteParams
 
     batch_id, (a, b) = make_batch(engine, db_now, 2)
 

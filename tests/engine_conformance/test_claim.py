@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django_hopper.engine.base import BaseEngine, JobClaimParams, JobInsertParams
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import JobClaimParams, JobInsertParams
 from django_hopper.ids import new_ids
 from tests.engine_conformance.support import (
     HOUR,

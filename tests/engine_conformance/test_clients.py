@@ -9,12 +9,8 @@ from collections.abc import Iterator
 import pytest
 from django.db import transaction
 
-from django_hopper.engine.base import (
-    CHANNEL_CONTROL,
-    CHANNEL_DONE,
-    CHANNEL_INSERT,
-    CHANNEL_LEADER,
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine, Listener
+from django_hopper.engine.params import (
     ClientRegisterParams,
     ClientRenewParams,
     JobCancelParams,
@@ -22,10 +18,15 @@ from django_hopper.engine.base import (
     JobInsertParams,
     JobRetryParams,
     LeaderParams,
-    Listener,
-    Notification,
 )
 from django_hopper.models import Leader, Queue
+from django_hopper.types import (
+    CHANNEL_CONTROL,
+    CHANNEL_DONE,
+    CHANNEL_INSERT,
+    CHANNEL_LEADER,
+    Notification,
+)
 from tests.engine_conformance.support import (
     HOUR,
     MINUTE,

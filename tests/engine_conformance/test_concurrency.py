@@ -21,18 +21,18 @@ from typing import Any, TypeVar
 import pytest
 from django.db import connection, transaction
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     JobFinalize,
     JobFinalizeParams,
     JobInsertParams,
     JobRecordProgressParams,
-    JobRow,
     LeaderParams,
 )
 from django_hopper.exceptions import JobLocked
 from django_hopper.ids import new_ids
 from django_hopper.models import Job
+from django_hopper.types import JobRow
 from tests.engine_conformance.support import (
     HOUR,
     claim,

@@ -6,15 +6,10 @@ import datetime as dt
 
 import pytest
 
-from django_hopper.engine.base import (
-    AttemptError,
-    AttemptLog,
-    BaseEngine,
-    JobCancelParams,
-    JobFinalize,
-    JobFinalized,
-)
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import JobCancelParams, JobFinalize, JobFinalized
 from django_hopper.ids import new_id
+from django_hopper.types import AttemptError, AttemptLog
 from tests.engine_conformance.support import (
     HOUR,
     MINUTE,

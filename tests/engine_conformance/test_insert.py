@@ -6,9 +6,8 @@ import datetime as dt
 
 import pytest
 
-from django_hopper.engine.base import (
-    BaseEngine,
-    ConflictAction,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     JobCancelParams,
     JobInsertOpts,
     JobInsertParams,
@@ -16,6 +15,7 @@ from django_hopper.engine.base import (
 )
 from django_hopper.exceptions import NotSupported
 from django_hopper.ids import new_id
+from django_hopper.types import ConflictAction
 from tests.engine_conformance.support import (
     HOUR,
     MINUTE,

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from django_hopper.engine.base import (
-    LEASE_EXPIRED_ERROR,
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine, LeaseStepContract
+from django_hopper.engine.params import (
     JobCancelParams,
     JobClaimByIDParams,
     JobExpireLeasesParams,
@@ -19,10 +18,6 @@ from django_hopper.engine.base import (
     JobLeaseRenewParams,
     JobLeaseRow,
     JobRecordProgressParams,
-    LeaseFence,
-    LeaseStepContract,
-    Progress,
-    RescueReason,
 )
 from django_hopper.exceptions import (
     InvalidJob,
@@ -32,6 +27,7 @@ from django_hopper.exceptions import (
     NotFound,
 )
 from django_hopper.ids import new_id
+from django_hopper.types import LEASE_EXPIRED_ERROR, LeaseFence, Progress, RescueReason
 from tests.engine_conformance.support import (
     HOUR,
     MINUTE,

@@ -6,17 +6,16 @@ import datetime as dt
 
 import pytest
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine, QueueControlsContract
+from django_hopper.engine.params import (
     ClientRenewParams,
     JobClaimParams,
     JobClaimResult,
     JobInsertParams,
-    QueueControlsContract,
-    QueueLimits,
 )
 from django_hopper.exceptions import InvalidJob, UnknownQueue
 from django_hopper.models import Queue
+from django_hopper.types import QueueLimits
 from tests.engine_conformance.support import (
     HOUR,
     SECOND,

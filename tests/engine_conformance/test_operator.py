@@ -7,21 +7,20 @@ import datetime as dt
 
 import pytest
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     JobCancelParams,
     JobDeleteParams,
     JobDiscardExpiredParams,
     JobRecordProgressParams,
     JobRescueParams,
     JobRetryParams,
-    JobRow,
     JobScheduleParams,
-    Progress,
 )
 from django_hopper.exceptions import JobRunning, NotFound, UniqueConflict
 from django_hopper.ids import new_id
 from django_hopper.models import Job
+from django_hopper.types import JobRow, Progress
 from tests.engine_conformance.support import (
     HOUR,
     MINUTE,

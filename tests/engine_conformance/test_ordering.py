@@ -9,17 +9,10 @@ from typing import Any
 
 import pytest
 
-from django_hopper.engine.base import (
-    WAKE_MARKER,
-    BaseEngine,
-    JobClaimParams,
-    JobInsertParams,
-    JobRetryOrderingKeyParams,
-    JobRow,
-    QueueControlsContract,
-    QueueLimits,
-)
+from django_hopper.engine.base import BaseEngine, QueueControlsContract
+from django_hopper.engine.params import JobClaimParams, JobInsertParams, JobRetryOrderingKeyParams
 from django_hopper.models import Job
+from django_hopper.types import WAKE_MARKER, JobRow, QueueLimits
 from tests.engine_conformance.support import (
     HOUR,
     MINUTE,

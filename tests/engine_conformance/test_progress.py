@@ -5,13 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django_hopper.engine.base import (
-    BaseEngine,
-    JobRecordProgressParams,
-    JobRow,
-    Progress,
-)
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import JobRecordProgressParams
 from django_hopper.ids import new_id
+from django_hopper.types import JobRow, Progress
 from tests.engine_conformance.support import (
     MINUTE,
     SECOND,

@@ -9,15 +9,12 @@ from functools import cache
 
 import pytest
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine, PubSubContract, StreamsContract
+from django_hopper.engine.params import (
     JobListParams,
     MessagePublishParams,
-    PubSubContract,
     StreamAppendParams,
     StreamReadParams,
-    StreamsContract,
-    SubscriptionRow,
 )
 from django_hopper.engine.topics import (
     MAX_PATTERN_WORDS,
@@ -28,6 +25,7 @@ from django_hopper.engine.topics import (
     pattern_regex,
 )
 from django_hopper.exceptions import InvalidJob
+from django_hopper.types import SubscriptionRow
 from tests.engine_conformance.support import HOUR, MINUTE
 
 KIND = "tests.subscriber"

@@ -6,13 +6,12 @@ import datetime as dt
 
 import pytest
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine, QueueControlsContract
+from django_hopper.engine.params import (
     ClientRenewParams,
     JobAgeParams,
     JobInsertParams,
     LeaderParams,
-    QueueControlsContract,
 )
 from django_hopper.exceptions import InvalidJob, UnknownQueue
 from django_hopper.models import Job

@@ -8,16 +8,11 @@ from typing import Any
 import pytest
 from django.db.migrations.recorder import MigrationRecorder
 
-from django_hopper.engine.base import (
-    AttemptLog,
-    BaseEngine,
-    JobClaimParams,
-    JobInsertParams,
-    JobListParams,
-)
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import JobClaimParams, JobInsertParams, JobListParams
 from django_hopper.exceptions import InvalidJob
 from django_hopper.ids import new_id, new_ids
-from django_hopper.models import LIVE_STATES
+from django_hopper.types import LIVE_STATES, AttemptLog
 from tests.engine_conformance.support import (
     HOUR,
     finalize,

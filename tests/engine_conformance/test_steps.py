@@ -8,17 +8,16 @@ from typing import Any
 
 import pytest
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine, LeaseStepContract
+from django_hopper.engine.params import (
     JobClaimByIDParams,
     JobLeaseRow,
-    JobRow,
     JobStepGetParams,
     JobStepRecordParams,
     JobStepsClearParams,
-    LeaseStepContract,
 )
 from django_hopper.exceptions import InvalidJob, JobFenced
+from django_hopper.types import JobRow
 from tests.engine_conformance.support import (
     MINUTE,
     SECOND,

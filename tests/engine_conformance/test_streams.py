@@ -15,21 +15,16 @@ from contextlib import contextmanager
 import pytest
 from django.db import connection, transaction
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine, StreamsContract
+from django_hopper.engine.params import (
     JobListParams,
-    JobRow,
     StreamAppendParams,
-    StreamConsumerRow,
-    StreamEvent,
-    StreamPosition,
     StreamPruneParams,
     StreamReadParams,
-    StreamsContract,
     StreamSeekParams,
-    StreamStart,
 )
 from django_hopper.exceptions import InvalidJob, NotFound
+from django_hopper.types import JobRow, StreamConsumerRow, StreamEvent, StreamPosition, StreamStart
 from tests.engine_conformance.support import HOUR, MINUTE
 
 KIND = "tests.stream_consumer"

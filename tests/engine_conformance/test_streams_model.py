@@ -34,19 +34,12 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from django_hopper.engine.base import (
-    BaseEngine,
-    StreamAppendParams,
-    StreamConsumerRow,
-    StreamEvent,
-    StreamPosition,
-    StreamsContract,
-    StreamSeekParams,
-    StreamStart,
-)
+from django_hopper.engine.base import BaseEngine, StreamsContract
+from django_hopper.engine.params import StreamAppendParams, StreamSeekParams
 from django_hopper.engine.topics import pattern_matches
 from django_hopper.models import Job, StreamConsumer
 from django_hopper.models import StreamEvent as StreamEventModel
+from django_hopper.types import StreamConsumerRow, StreamEvent, StreamPosition, StreamStart
 
 KIND = "tests.stream_model"
 CONSUMERS = {"all": "#", "odd": "*.odd"}

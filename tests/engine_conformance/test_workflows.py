@@ -8,20 +8,19 @@ from collections.abc import Sequence
 
 import pytest
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     BatchSettleParams,
-    DependencyFailure,
     JobCancelParams,
     JobDependency,
     JobInsertParams,
-    JobRow,
     WorkflowInsertParams,
     WorkflowPromoteParams,
 )
 from django_hopper.exceptions import InvalidJob
 from django_hopper.models import Batch, Job
 from django_hopper.models import JobDependency as DependencyModel
+from django_hopper.types import DependencyFailure, JobRow
 from tests.engine_conformance.support import claim, finalize, get, result
 
 Q = "wfq"

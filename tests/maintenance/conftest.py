@@ -6,7 +6,8 @@ import datetime as dt
 
 import pytest
 
-from django_hopper.engine.base import BaseEngine, ClientRegisterParams
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import ClientRegisterParams
 
 HOUR = dt.timedelta(hours=1)
 

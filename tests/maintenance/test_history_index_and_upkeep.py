@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     HistoryIndexParams,
     HistoryMaintainParams,
     JobsMaintainParams,

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_hopper.engine.base import BaseEngine, HistoryMaintainParams
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import HistoryMaintainParams
 from django_hopper.models import JobHistory, JobLog
 from tests.factories import HistoryFactory, JobLogFactory
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_hopper.engine.base import BaseEngine, JobInsertOpts, JobInsertParams, LeaderParams
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import JobInsertOpts, JobInsertParams, LeaderParams
 from django_hopper.models import Client, Job
 from django_hopper.periodic_services import HistoryIndexer
 from django_hopper.queues import set_queue_limits

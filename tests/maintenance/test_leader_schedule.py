@@ -11,7 +11,8 @@ import time
 import pytest
 from django.db import connections
 
-from django_hopper.engine.base import BaseEngine, JobListParams
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import JobListParams
 from django_hopper.maintenance.leader import Elector, Maintainer, next_tick
 from django_hopper.maintenance.services import Periodic, Service
 from django_hopper.periodic import register_periodic, unregister_periodic

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine, LeaseStepContract
+from django_hopper.engine.params import (
     ClientRegisterParams,
     JobClaimByIDParams,
     JobInsertOpts,
     JobInsertParams,
-    LeaseStepContract,
 )
 from django_hopper.maintenance import LeaseExpirer, default_services
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     JobInsertParams,
     PeriodicInsertParams,
     PeriodicRegisterParams,

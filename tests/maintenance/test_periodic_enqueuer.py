@@ -10,7 +10,8 @@ from collections.abc import Callable
 import pytest
 from django.db import connections
 
-from django_hopper.engine.base import BaseEngine, JobListParams
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import JobListParams
 from django_hopper.periodic import PeriodicDefinition, define_periodic
 from django_hopper.periodic_services import PeriodicEnqueuer
 from tests.maintenance.conftest import register_client

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     ClientRegisterParams,
     JobClaimParams,
     JobFinalize,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django_hopper.engine.base import (
-    BaseEngine,
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import (
     BatchInsertParams,
     BatchSettleParams,
     HistoryMaintainParams,
@@ -20,12 +20,12 @@ from django_hopper.engine.base import (
     JobDeleteParams,
     JobDependency,
     JobInsertParams,
-    JobRow,
     JobStepRecordParams,
     WorkflowInsertParams,
 )
 from django_hopper.models import Batch, BatchProgress, JobStep
 from django_hopper.models import JobDependency as Edge
+from django_hopper.types import JobRow
 from tests.engine_conformance.support import claim, claim_one, finalize, insert, register, result
 
 DAY = dt.timedelta(days=1)

@@ -11,9 +11,11 @@ from django.db import transaction
 
 import django_hopper
 from django_hopper import pubsub, streams
-from django_hopper.engine.base import BaseEngine, JobListParams, StreamPosition
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import JobListParams
 from django_hopper.exceptions import InvalidJob, NotFound
 from django_hopper.maintenance import StreamPumper, StreamRetentionService, default_services
+from django_hopper.types import StreamPosition
 from tests.runtime.conftest import get
 from tests.testapp import jobs
 

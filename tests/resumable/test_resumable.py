@@ -9,13 +9,8 @@ from typing import Any
 import pytest
 
 from django_hopper.context import JobContext, JobSnooze
-from django_hopper.engine.base import (
-    BaseEngine,
-    ClientRegisterParams,
-    JobClaimParams,
-    JobFinalizeParams,
-    LeaseStepContract,
-)
+from django_hopper.engine.base import BaseEngine, LeaseStepContract
+from django_hopper.engine.params import ClientRegisterParams, JobClaimParams, JobFinalizeParams
 from django_hopper.jobs import resolve
 from django_hopper.resumable import DuplicateStep, Pass, Run, read_progress, resumable
 from django_hopper.worker.execution import _call_args, completed, failed, snoozed
@@ -259,7 +254,7 @@ def test_resumable__drive_runs_each_pass_under_a_job_lease_of_the_declared_ttl(
 def test_resumable__a_driven_pass_that_died_is_taken_over_once_its_lease_expires(
     engine: BaseEngine, client_id: int
 ) -> None:
-    from django_hopper.engine.base import JobExpireLeasesParams
+    from django_hopper.engine.params import JobExpireLeasesParams
 
     handle = leased.start(n=1, die_at=0, instance="died")
     with pytest.raises(Died):

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from django_hopper.engine.base import BaseEngine, JobInsertOpts, JobInsertParams, JobRow
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import JobInsertOpts, JobInsertParams
+from django_hopper.types import JobRow
 from django_hopper.worker import Worker, WorkerConfig
 
 ROOT = Path(__file__).resolve().parents[2]

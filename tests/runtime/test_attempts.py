@@ -9,7 +9,7 @@ import pytest
 from django.test import override_settings
 
 from django_hopper.context import JobContext
-from django_hopper.engine.base import (
+from django_hopper.engine.params import (
     ClientRegisterParams,
     JobClaimParams,
     JobFinalize,

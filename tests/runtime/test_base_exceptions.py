@@ -8,7 +8,8 @@ import signal
 
 import pytest
 
-from django_hopper.engine.base import BaseEngine, JobRow
+from django_hopper.engine.base import BaseEngine
+from django_hopper.types import JobRow
 from tests.runtime.conftest import Processes, get, insert, insert_many, wait_for
 from tests.testapp import jobs
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from django_hopper.engine.base import ClientRegisterParams, JobCancelParams, JobClaimParams
+from django_hopper.engine.params import ClientRegisterParams, JobCancelParams, JobClaimParams
 from django_hopper.exceptions import DatabaseError, DatabaseUnavailable
 from django_hopper.maintenance import (
     ClientPruner,

@@ -12,7 +12,8 @@ from collections import defaultdict
 import pytest
 from django.db import connection
 
-from django_hopper.engine.base import BaseEngine, JobListParams
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import JobListParams
 from django_hopper.maintenance import Rescuer
 from django_hopper.models import Client
 from tests.runtime.conftest import FINAL, Processes, get, insert, insert_many, wait_for

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from django.db import transaction
 
-from django_hopper.engine.base import BaseEngine, JobListParams
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import JobListParams
 from django_hopper.worker import Worker
 from tests.testapp import jobs
 from tests.testapp.models import Effect

@@ -10,7 +10,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from django_hopper.engine.base import (
+from django_hopper.engine.params import (
     ClientRegisterParams,
     JobClaimParams,
     JobInsertParams,
@@ -316,7 +316,7 @@ def test_get_result_of_an_unknown_or_foreign_id_does_not_exist(engine: Any) -> N
 
 
 def test_a_canceled_waiting_task_is_failed_with_hoppers_cancel_error(engine: Any) -> None:
-    from django_hopper.engine.base import JobCancelParams
+    from django_hopper.engine.params import JobCancelParams
 
     result = tasks.add.enqueue(1, 2)
     engine.job_cancel(JobCancelParams(id=uuid.UUID(result.id)))
@@ -327,7 +327,7 @@ def test_a_canceled_waiting_task_is_failed_with_hoppers_cancel_error(engine: Any
 
 
 def test_task_error_reads_the_exception_class_from_the_traceback() -> None:
-    from django_hopper.engine.base import AttemptError
+    from django_hopper.types import AttemptError
 
     trace = (
         "Traceback (most recent call last):\n"
@@ -525,7 +525,7 @@ def _format(exc: BaseException) -> str:
 
 
 def test_task_error_reads_an_exception_groups_own_class() -> None:
-    from django_hopper.engine.base import AttemptError
+    from django_hopper.types import AttemptError
 
     group = ExceptionGroup("two failed", [ValueError("one"), KeyError("two")])
     nested = ExceptionGroup("outer", [ExceptionGroup("inner", [TypeError("t")])])
@@ -601,7 +601,7 @@ def test_get_result_reads_a_task_whose_queue_left_queues(engine: Any, settings: 
 def test_a_failure_hopper_decided_is_logged_with_its_reason(engine: Any) -> None:
     import unittest
 
-    from django_hopper.engine.base import JobCancelParams
+    from django_hopper.engine.params import JobCancelParams
     from django_hopper.tasks_backend import announce_finished
     from django_hopper.tasks_compat import NAMESPACE
 

@@ -11,7 +11,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connections
 
-from django_hopper.engine.base import BaseEngine, ClientRegisterParams, JobClaimParams
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import ClientRegisterParams, JobClaimParams
 from django_hopper.maintenance.services import (
     ExpiredJobDiscarder,
     Periodic,

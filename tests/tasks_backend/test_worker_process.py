@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django_hopper.engine.base import JobRetryParams
+from django_hopper.engine.params import JobRetryParams
 from django_hopper.models import Job
 from django_hopper.tasks_compat import NAMESPACE, TaskResultStatus
 from tests.tasks_backend import tasks

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from django_hopper import Batch, Workflow, get_batch, get_workflow
-from django_hopper.engine.base import BaseEngine, JobListParams
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import JobListParams
 from tests.runtime.conftest import FINAL, Processes
 from tests.testapp import jobs
 from tests.testapp.models import Effect

@@ -9,22 +9,20 @@ from typing import Any, TypeVar
 
 from django.db import transaction
 
-from django_hopper.engine.base import (
+from django_hopper.engine.base import BatchWorkflowContract
+from django_hopper.engine.params import (
     BatchInsertParams,
-    BatchRow,
     BatchSettleParams,
     BatchSettleResult,
-    BatchWorkflowContract,
-    JobID,
     JobInsertOpts,
     JobInsertParams,
-    callback_to_json,
-    callbacks_of,
 )
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.support import QUERIES, PostgresSupport, db_errors
+from django_hopper.engine.rules import callback_to_json, callbacks_of
 from django_hopper.exceptions import InvalidJob, JobLocked
 from django_hopper.ids import new_id
+from django_hopper.types import BatchRow, JobID
 
 T = TypeVar("T")
 _FOR_UPDATE = re.compile(r"FOR UPDATE(?: OF \w+)?")

@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Sequence
 
 from django_hopper import validation
-from django_hopper.engine.base import (
-    CHANNEL_LEADER,
+from django_hopper.engine.base import Listener
+from django_hopper.engine.params import (
     ClientRegisterParams,
     ClientRenewParams,
     ClientRenewResult,
-    ClientRow,
     LeaderParams,
-    Listener,
-    QueueRow,
 )
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.support import PostgresSupport
 from django_hopper.exceptions import DatabaseError, InvalidJob
+from django_hopper.types import CHANNEL_LEADER, ClientRow, ControlMessage, QueueRow
 
 
 def _ttl(value: dt.timedelta) -> dt.timedelta:
@@ -104,7 +101,7 @@ class ClientsMixin(PostgresSupport):
 
     def leader_resign(self, client_id: int) -> None:
         """Drop the lease if held, and signal an election, in one statement."""
-        payload = json.dumps({"action": "resigned", "client_id": client_id})
+        payload = ControlMessage.resigned(client_id).payload()
         self._fetchall(
             "leader_resign",
             {"client_id": client_id, "channel": CHANNEL_LEADER, "payload": payload},

@@ -17,21 +17,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_hopper import validation
-from django_hopper.engine.base import (
+from django_hopper.engine.params import JobFinalize, JobInsertParams
+from django_hopper.engine.queries import COL
+from django_hopper.engine.rules import check_batch_job
+from django_hopper.exceptions import InvalidJob
+from django_hopper.ids import new_ids
+from django_hopper.types import (
     AttemptError,
     AttemptLog,
     ClientRow,
-    JobFinalize,
-    JobInsertParams,
     JobRow,
     Progress,
     QueueLimits,
     QueueRow,
-    check_batch_job,
 )
-from django_hopper.engine.queries import COL
-from django_hopper.exceptions import InvalidJob
-from django_hopper.ids import new_ids
 
 
 def load_json(value: Any) -> Any:

@@ -32,15 +32,14 @@ from typing import Any
 from django.db import Error as DjangoDatabaseError
 from django.db import transaction
 
-from django_hopper.engine.base import (
+from django_hopper.engine.base import PeriodicHistoryContract
+from django_hopper.engine.params import (
     HistoryIndexParams,
     HistoryIndexResult,
     HistoryMaintainParams,
     HistoryMaintainResult,
-    HistoryPartitionRow,
     JobsMaintainParams,
     JobsMaintainResult,
-    PeriodicHistoryContract,
 )
 from django_hopper.engine.postgres.periodic import PostgresPeriodicMixin
 from django_hopper.engine.postgres.support import (
@@ -50,11 +49,12 @@ from django_hopper.engine.postgres.support import (
     _sqlstate,
 )
 from django_hopper.exceptions import DatabaseError
+from django_hopper.types import HistoryPartitionRow
 
 UTC = dt.UTC
 DAY = dt.timedelta(days=1)
 PARTITION_PREFIX = "hopper_job_history_p"
-_PARTITION_NAME = re.compile(r"^hopper_job_history_p(\d{8})$")
+_PARTITION_NAME = re.compile(r"hopper_job_history_p(\d{8})")
 #: The default lock timeout of DDL on history and of upkeep.
 DEFAULT_LOCK_TIMEOUT = dt.timedelta(milliseconds=100)
 #: The hot tables upkeep keeps (the live job table first).
@@ -74,7 +74,7 @@ def partition_name(day: dt.datetime) -> str:
 
 def partition_range(name: str) -> tuple[dt.datetime, dt.datetime] | None:
     """Return the day range of a partition hopper named, None for any other."""
-    m = _PARTITION_NAME.match(name)
+    m = _PARTITION_NAME.fullmatch(name)
     if m is None:
         return None
     lower = dt.datetime.strptime(m.group(1), "%Y%m%d").replace(tzinfo=UTC)

@@ -10,19 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
 
-from django_hopper.engine.base import (
-    CHANNEL_CONTROL,
-    CHANNEL_DONE,
-    CHANNEL_INSERT,
-    AttemptLog,
-    ConflictAction,
+from django_hopper.engine.params import (
     JobCancelParams,
     JobClaimParams,
     JobClaimResult,
@@ -30,7 +24,6 @@ from django_hopper.engine.base import (
     JobDiscardExpiredParams,
     JobFinalized,
     JobFinalizeParams,
-    JobID,
     JobInsertOpts,
     JobInsertParams,
     JobInsertResult,
@@ -38,9 +31,7 @@ from django_hopper.engine.base import (
     JobRecordProgressParams,
     JobRescueParams,
     JobRetryParams,
-    JobRow,
     JobScheduleParams,
-    Progress,
     RescueCandidate,
 )
 from django_hopper.engine.postgres import convert
@@ -55,11 +46,19 @@ from django_hopper.exceptions import (
     NotFound,
     UniqueConflict,
 )
-
-# The states of models.py, repeated so that the engine imports before the app
-# registry is ready (migrations load the engine class to read its features).
-LIVE_STATES = ("pending", "available", "scheduled", "retryable", "running")
-FINAL_STATES = ("completed", "canceled", "discarded")
+from django_hopper.types import (
+    CHANNEL_CONTROL,
+    CHANNEL_DONE,
+    CHANNEL_INSERT,
+    FINAL_STATES,
+    LIVE_STATES,
+    AttemptLog,
+    ConflictAction,
+    ControlMessage,
+    JobID,
+    JobRow,
+    Progress,
+)
 
 #: How often an insert re-reads unique keys whose holder vanished between the
 #: insert and the read (finalized by a concurrent transaction) before giving up.
@@ -501,7 +500,7 @@ class JobsMixin(PostgresSupport):
             if row is not None:
                 job = job_from_row(row)
                 if job.state == "running":
-                    payload = json.dumps({"action": "cancel", "job_id": str(job.id)})
+                    payload = ControlMessage.cancel(job.id).payload()
                     self.notify(CHANNEL_CONTROL, [payload])
                 elif job.awaited:
                     self.notify(CHANNEL_DONE, [str(job.id)])

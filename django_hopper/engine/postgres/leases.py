@@ -8,7 +8,8 @@ dependents and done notifications follow the one path every result takes.
 
 from __future__ import annotations
 
-from django_hopper.engine.base import (
+from django_hopper.engine.base import LeaseStepContract
+from django_hopper.engine.params import (
     JobClaimByIDParams,
     JobExpireLeasesParams,
     JobFinalizeParams,
@@ -16,17 +17,14 @@ from django_hopper.engine.base import (
     JobLeaseRow,
     JobLeaseStatus,
     JobListParams,
-    JobRow,
-    LeaseFence,
-    LeaseStepContract,
-    claim_by_id_refusal,
-    lease_expiry_result,
 )
 from django_hopper.engine.postgres.convert import job_from_row
 from django_hopper.engine.postgres.support import PostgresSupport, db_errors
 from django_hopper.engine.postgres.workflows import attach_dependencies
 from django_hopper.engine.queries import COL, JOB_WIDTH
+from django_hopper.engine.rules import claim_by_id_refusal, lease_expiry_result
 from django_hopper.exceptions import InvalidJob, JobFenced
+from django_hopper.types import JobRow, LeaseFence
 
 _MICROSECOND = 1e-6
 

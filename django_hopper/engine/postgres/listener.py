@@ -17,9 +17,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from django_hopper.engine.base import Listener, Notification
+from django_hopper.engine.base import Listener
 from django_hopper.engine.postgres.support import QUERIES, db_errors
 from django_hopper.exceptions import DatabaseError, InvalidJob, NotSupported
+from django_hopper.types import Notification
 
 #: Django's connection parameters that configure its own cursors, not the server.
 _DJANGO_ONLY = ("cursor_factory", "context", "pool", "server_side_binding", "assume_role")

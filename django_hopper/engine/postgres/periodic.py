@@ -13,17 +13,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from django_hopper.engine.base import (
-    JobInsertOpts,
-    JobRow,
-    PeriodicHistoryContract,
-    PeriodicInsertParams,
-    PeriodicRegisterParams,
-    PeriodicRegistrationRow,
-)
+from django_hopper.engine.base import PeriodicHistoryContract
+from django_hopper.engine.params import JobInsertOpts, PeriodicInsertParams, PeriodicRegisterParams
 from django_hopper.engine.postgres.convert import dump_json, load_json
 from django_hopper.engine.postgres.support import PostgresSupport
 from django_hopper.ids import new_id
+from django_hopper.types import JobRow, PeriodicRegistrationRow
 
 
 class PostgresPeriodicMixin(PostgresSupport, PeriodicHistoryContract):

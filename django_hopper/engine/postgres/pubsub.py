@@ -7,17 +7,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_hopper.engine import topics
-from django_hopper.engine.base import (
-    JobInsertOpts,
-    JobInsertResult,
-    MessagePublishParams,
-    PubSubContract,
-    StreamConsumerRow,
-    SubscriptionRow,
-)
+from django_hopper.engine.base import PubSubContract
+from django_hopper.engine.params import JobInsertOpts, JobInsertResult, MessagePublishParams
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.support import PostgresSupport
 from django_hopper.ids import new_id
+from django_hopper.types import StreamConsumerRow, SubscriptionRow
 
 
 def subscription_from_row(r: Sequence[Any]) -> SubscriptionRow:

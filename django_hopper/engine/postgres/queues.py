@@ -4,20 +4,15 @@ aging, pause, resume and limits (SQL in ``queries/queues.sql``)."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 
 from django_hopper import validation
 from django_hopper.engine import limits as rules
-from django_hopper.engine.base import (
-    CHANNEL_CONTROL,
-    CHANNEL_INSERT,
+from django_hopper.engine.base import QueueControlsContract
+from django_hopper.engine.params import (
     JobAgeParams,
     JobClaimParams,
     JobClaimResult,
     JobRetryOrderingKeyParams,
-    QueueControlsContract,
-    QueueLimits,
-    QueueRow,
     QueueState,
 )
 from django_hopper.engine.postgres import convert
@@ -26,6 +21,13 @@ from django_hopper.engine.postgres.jobs import JobsMixin
 from django_hopper.engine.postgres.support import db_errors
 from django_hopper.engine.postgres.workflows import attach_dependencies
 from django_hopper.exceptions import InvalidJob
+from django_hopper.types import (
+    CHANNEL_CONTROL,
+    CHANNEL_INSERT,
+    ControlMessage,
+    QueueLimits,
+    QueueRow,
+)
 
 
 def _positive_limit(value: object, field: str = "limit") -> int:
@@ -120,23 +122,23 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
 
     # -- pause, resume, limits ------------------------------------------------
 
-    def _control(self, action: str, queue: str, **extra: object) -> None:
+    def _control(self, message: ControlMessage) -> None:
         """Signal every client at commit (CHANNEL_CONTROL)."""
-        self.notify(CHANNEL_CONTROL, [json.dumps({"action": action, "queue": queue, **extra})])
+        self.notify(CHANNEL_CONTROL, [message.payload()])
 
     def queue_pause(self, name: str, now: dt.datetime | None = None) -> None:
         """Mark the queue paused (keeping an earlier pause time) and signal the clients."""
         queue = validation.queue_name(name, "name")
         with db_errors(), self._atomic():
             self._execute("queue_pause", {"name": queue, "now": now})
-            self._control("pause", queue)
+            self._control(ControlMessage.pause(queue))
 
     def queue_resume(self, name: str, now: dt.datetime | None = None) -> None:
         """Clear the queue's pause and signal the clients."""
         queue = validation.queue_name(name, "name")
         with db_errors(), self._atomic():
             self._execute("queue_resume", {"name": queue, "now": now})
-            self._control("resume", queue)
+            self._control(ControlMessage.resume(queue))
 
     def queue_set_limits(self, limits: QueueLimits, now: dt.datetime | None = None) -> QueueRow:
         """Store validated limits (zero removes one), reset the bucket, signal the clients."""
@@ -155,7 +157,7 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
                 },
             )
             assert row is not None
-            self._control("limits", checked.name, limited=checked.limited)
+            self._control(ControlMessage.limits(checked.name, checked.limited))
         return convert.queue_from_row(row)
 
     def queue_get(self, name: str) -> QueueRow | None:

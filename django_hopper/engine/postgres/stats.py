@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django_hopper.engine.base import QueueControlsContract, QueueStats, Stats
+from django_hopper.engine.base import QueueControlsContract
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.support import PostgresSupport, db_errors
+from django_hopper.types import QueueStats, Stats
 
 
 class StatsMixin(PostgresSupport, QueueControlsContract):

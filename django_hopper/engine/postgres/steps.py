@@ -5,18 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_hopper.engine.base import (
-    JobID,
-    JobStepGetParams,
-    JobStepRecordParams,
-    JobStepRow,
-    JobStepsClearParams,
-    LeaseStepContract,
-    step_from_row,
-)
+from django_hopper.engine.base import LeaseStepContract
+from django_hopper.engine.params import JobStepGetParams, JobStepRecordParams, JobStepsClearParams
 from django_hopper.engine.postgres.convert import dump_json, load_json
 from django_hopper.engine.postgres.support import PostgresSupport
+from django_hopper.engine.rules import step_from_row
 from django_hopper.exceptions import InvalidJob, JobFenced
+from django_hopper.types import JobID, JobStepRow
 
 
 def _claim(params: JobStepGetParams | JobStepRecordParams | JobStepsClearParams) -> dict[str, Any]:

@@ -15,25 +15,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_hopper.engine import topics
-from django_hopper.engine.base import (
-    CHANNEL_STREAM,
+from django_hopper.engine.base import StreamsContract
+from django_hopper.engine.params import (
     JobInsertOpts,
     StreamAppendParams,
-    StreamConsumerRow,
-    StreamEvent,
-    StreamPosition,
     StreamPruneParams,
     StreamPumpResult,
     StreamReadParams,
-    StreamsContract,
     StreamSeekParams,
-    StreamStart,
 )
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.pubsub import route_columns
 from django_hopper.engine.postgres.support import PostgresSupport
 from django_hopper.exceptions import InvalidJob, NotFound
 from django_hopper.ids import new_id
+from django_hopper.types import (
+    CHANNEL_STREAM,
+    StreamConsumerRow,
+    StreamEvent,
+    StreamPosition,
+    StreamStart,
+)
 
 #: The snapshot in which no transaction is visible: a consumer at the earliest.
 EARLIEST_SNAPSHOT = "1:1:"

@@ -12,23 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from django_hopper.engine.base import (
-    CHANNEL_DONE,
-    CHANNEL_INSERT,
+from django_hopper.engine.base import BatchWorkflowContract
+from django_hopper.engine.params import (
     BatchSettleParams,
-    BatchWorkflowContract,
-    Dependency,
-    JobEdge,
-    JobID,
     JobInsertResult,
-    JobRow,
     WorkflowInsertParams,
     WorkflowInsertResult,
     WorkflowPromoteParams,
     WorkflowPromoteResult,
-    WorkflowRow,
-    callback_to_json,
-    validate_workflow,
 )
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.batches import (
@@ -39,8 +30,18 @@ from django_hopper.engine.postgres.batches import (
 )
 from django_hopper.engine.postgres.convert import job_from_row
 from django_hopper.engine.postgres.support import PostgresSupport, db_errors
+from django_hopper.engine.rules import callback_to_json, validate_workflow
 from django_hopper.exceptions import DatabaseError, InvalidJob
 from django_hopper.ids import new_id
+from django_hopper.types import (
+    CHANNEL_DONE,
+    CHANNEL_INSERT,
+    Dependency,
+    JobEdge,
+    JobID,
+    JobRow,
+    WorkflowRow,
+)
 
 
 class WorkflowsMixin(PostgresSupport, BatchWorkflowContract):

@@ -7,23 +7,21 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from django_hopper.engine.base import (
+from django_hopper.engine.base import BatchWorkflowContract
+from django_hopper.engine.params import (
     BatchInsertParams,
-    BatchRow,
     BatchSettleParams,
     BatchSettleResult,
-    BatchWorkflowContract,
-    JobID,
     JobInsertOpts,
     JobInsertParams,
-    callback_to_json,
-    callbacks_of,
 )
+from django_hopper.engine.rules import callback_to_json, callbacks_of
 from django_hopper.engine.sqlite.convert import _loads, dumps, from_db_time
 from django_hopper.engine.sqlite.jobs import _check_insert
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.exceptions import InvalidJob
 from django_hopper.ids import new_id
+from django_hopper.types import BatchRow, JobID
 
 
 def batch_from_row(r: Sequence[Any]) -> BatchRow:

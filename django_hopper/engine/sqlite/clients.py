@@ -9,19 +9,16 @@ from collections.abc import Sequence
 
 from django.db import OperationalError
 
-from django_hopper.engine.base import (
-    CHANNEL_LEADER,
+from django_hopper.engine.params import (
     ClientRegisterParams,
     ClientRenewParams,
     ClientRenewResult,
-    ClientRow,
     LeaderParams,
-    QueueLimits,
-    QueueRow,
 )
 from django_hopper.engine.sqlite.convert import db_time, dumps, from_db_time, uuid_or_none
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.exceptions import InvalidJob, UnknownQueue
+from django_hopper.types import CHANNEL_LEADER, ClientRow, ControlMessage, QueueLimits, QueueRow
 
 _LEADING_NUMBER = re.compile(r"^(\d+)_")
 
@@ -139,9 +136,7 @@ class ClientsMixin(SQLiteSupport):
             c.execute(Q["leader_resign"], {"client_id": client_id})
             resigned = bool(c.rowcount)
         if resigned:
-            self.notify(
-                CHANNEL_LEADER, [json.dumps({"action": "resigned", "client_id": client_id})]
-            )
+            self.notify(CHANNEL_LEADER, [ControlMessage.resigned(client_id).payload()])
 
     @translate_errors
     def leader_get(self, now: dt.datetime | None = None) -> int | None:

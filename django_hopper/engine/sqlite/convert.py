@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, overload
 
-from django_hopper.engine.base import AttemptError, JobRow, Progress
 from django_hopper.engine.queries import COL
 from django_hopper.exceptions import InvalidJob
+from django_hopper.types import AttemptError, JobRow, Progress
 
 UTC = dt.UTC
 _raw_decode = json.JSONDecoder().raw_decode

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import json
 
-from django_hopper.engine.base import (
+from django_hopper.engine.base import PeriodicHistoryContract
+from django_hopper.engine.params import (
     HistoryIndexParams,
     HistoryIndexResult,
     HistoryMaintainParams,
     HistoryMaintainResult,
-    HistoryPartitionRow,
     JobsMaintainParams,
     JobsMaintainResult,
-    PeriodicHistoryContract,
 )
 from django_hopper.engine.sqlite.convert import db_time
 from django_hopper.engine.sqlite.periodic import SQLitePeriodicMixin
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, is_locked, translate_errors
+from django_hopper.types import HistoryPartitionRow
 
 
 class SQLiteHistoryMixin(SQLiteSupport, PeriodicHistoryContract):

@@ -15,12 +15,7 @@ from typing import Any
 
 from django.db import OperationalError
 
-from django_hopper.engine.base import (
-    CHANNEL_CONTROL,
-    CHANNEL_DONE,
-    CHANNEL_INSERT,
-    AttemptLog,
-    ConflictAction,
+from django_hopper.engine.params import (
     JobCancelParams,
     JobClaimParams,
     JobClaimResult,
@@ -28,7 +23,6 @@ from django_hopper.engine.base import (
     JobDiscardExpiredParams,
     JobFinalized,
     JobFinalizeParams,
-    JobID,
     JobInsertOpts,
     JobInsertParams,
     JobInsertResult,
@@ -36,13 +30,11 @@ from django_hopper.engine.base import (
     JobRecordProgressParams,
     JobRescueParams,
     JobRetryParams,
-    JobRow,
     JobScheduleParams,
-    Progress,
     RescueCandidate,
-    check_batch_job,
 )
 from django_hopper.engine.queries import COL
+from django_hopper.engine.rules import check_batch_job
 from django_hopper.engine.sqlite.convert import (
     db_time,
     dumps,
@@ -64,7 +56,21 @@ from django_hopper.exceptions import (
     NotSupported,
     UniqueConflict,
 )
-from django_hopper.models import FINAL_STATES, LIVE_STATES, PRIORITY_MAX, PRIORITY_MIN
+from django_hopper.types import (
+    CHANNEL_CONTROL,
+    CHANNEL_DONE,
+    CHANNEL_INSERT,
+    FINAL_STATES,
+    LIVE_STATES,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    AttemptLog,
+    ConflictAction,
+    ControlMessage,
+    JobID,
+    JobRow,
+    Progress,
+)
 
 _FINAL = frozenset(FINAL_STATES)
 _LIVE = frozenset(LIVE_STATES)
@@ -599,9 +605,7 @@ class JobsMixin(SQLiteSupport):
         if row is None:
             raise NotFound(f"job {params.id} does not exist")
         if requested:
-            self.notify(
-                CHANNEL_CONTROL, [json.dumps({"action": "cancel", "job_id": str(params.id)})]
-            )
+            self.notify(CHANNEL_CONTROL, [ControlMessage.cancel(params.id).payload()])
         return job_from_row(row)
 
     @translate_errors

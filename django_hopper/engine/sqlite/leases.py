@@ -14,7 +14,8 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
-from django_hopper.engine.base import (
+from django_hopper.engine.base import LeaseStepContract
+from django_hopper.engine.params import (
     JobClaimByIDParams,
     JobExpireLeasesParams,
     JobFinalizeParams,
@@ -22,16 +23,13 @@ from django_hopper.engine.base import (
     JobLeaseRow,
     JobLeaseStatus,
     JobListParams,
-    JobRow,
-    LeaseFence,
-    LeaseStepContract,
-    claim_by_id_refusal,
-    lease_expiry_result,
 )
 from django_hopper.engine.queries import COL
+from django_hopper.engine.rules import claim_by_id_refusal, lease_expiry_result
 from django_hopper.engine.sqlite.convert import db_time, from_db_time, job_from_row
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.exceptions import InvalidJob, JobFenced
+from django_hopper.types import JobRow, LeaseFence
 
 _MICROSECOND = dt.timedelta(microseconds=1)
 

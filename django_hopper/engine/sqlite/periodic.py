@@ -13,17 +13,12 @@ import dataclasses
 import datetime as dt
 import json
 
-from django_hopper.engine.base import (
-    JobInsertOpts,
-    JobRow,
-    PeriodicHistoryContract,
-    PeriodicInsertParams,
-    PeriodicRegisterParams,
-    PeriodicRegistrationRow,
-)
+from django_hopper.engine.base import PeriodicHistoryContract
+from django_hopper.engine.params import JobInsertOpts, PeriodicInsertParams, PeriodicRegisterParams
 from django_hopper.engine.sqlite.convert import db_time, dumps, from_db_time
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.ids import new_id
+from django_hopper.types import JobRow, PeriodicRegistrationRow
 
 
 class SQLitePeriodicMixin(SQLiteSupport, PeriodicHistoryContract):

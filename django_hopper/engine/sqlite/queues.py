@@ -8,27 +8,24 @@ through their lease renewal; ``notify`` is still called, as the contract says.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Sequence
 from typing import Any
 
 from django_hopper import validation
 from django_hopper.engine import limits as rules
-from django_hopper.engine.base import (
-    CHANNEL_CONTROL,
+from django_hopper.engine.base import QueueControlsContract
+from django_hopper.engine.params import (
     JobAgeParams,
     JobClaimParams,
     JobClaimResult,
     JobRetryOrderingKeyParams,
-    QueueControlsContract,
-    QueueLimits,
-    QueueRow,
     QueueState,
 )
 from django_hopper.engine.sqlite.convert import db_time, from_db_time, job_from_row
 from django_hopper.engine.sqlite.jobs import JobsMixin, _claim_key
 from django_hopper.engine.sqlite.support import Q, translate_errors
 from django_hopper.exceptions import InvalidJob
+from django_hopper.types import CHANNEL_CONTROL, ControlMessage, QueueLimits, QueueRow
 
 
 def _limit(value: object, field: str = "limit") -> int:
@@ -153,9 +150,9 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
 
     # -- pause, resume, limits ------------------------------------------------
 
-    def _control(self, action: str, queue: str, **extra: object) -> None:
-        """Signal the clients (a no-op on SQLite: they learn it on renewal)."""
-        self.notify(CHANNEL_CONTROL, [json.dumps({"action": action, "queue": queue, **extra})])
+    def _control(self, message: ControlMessage) -> None:
+        """Signal every client at commit (CHANNEL_CONTROL)."""
+        self.notify(CHANNEL_CONTROL, [message.payload()])
 
     @translate_errors
     def queue_pause(self, name: str, now: dt.datetime | None = None) -> None:
@@ -164,7 +161,7 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
         _, now_s = self._now(now)
         with self._atomic(), self._cursor() as c:
             c.execute(Q["queue_pause"], {"name": queue, "now": now_s})
-            self._control("pause", queue)
+            self._control(ControlMessage.pause(queue))
 
     @translate_errors
     def queue_resume(self, name: str, now: dt.datetime | None = None) -> None:
@@ -173,7 +170,7 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
         _, now_s = self._now(now)
         with self._atomic(), self._cursor() as c:
             c.execute(Q["queue_resume"], {"name": queue, "now": now_s})
-            self._control("resume", queue)
+            self._control(ControlMessage.resume(queue))
 
     @translate_errors
     def queue_set_limits(self, limits: QueueLimits, now: dt.datetime | None = None) -> QueueRow:
@@ -195,7 +192,7 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
                 },
             )
             row = c.fetchone()
-            self._control("limits", checked.name, limited=checked.limited)
+            self._control(ControlMessage.limits(checked.name, checked.limited))
         return _queue_row(row)
 
     @translate_errors

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django_hopper.engine.base import QueueControlsContract, QueueStats, Stats
+from django_hopper.engine.base import QueueControlsContract
 from django_hopper.engine.sqlite.convert import db_time, from_db_time
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
+from django_hopper.types import QueueStats, Stats
 
 
 class StatsMixin(SQLiteSupport, QueueControlsContract):

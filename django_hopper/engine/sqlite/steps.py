@@ -10,18 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django_hopper.engine.base import (
-    JobID,
-    JobStepGetParams,
-    JobStepRecordParams,
-    JobStepRow,
-    JobStepsClearParams,
-    LeaseStepContract,
-    step_from_row,
-)
+from django_hopper.engine.base import LeaseStepContract
+from django_hopper.engine.params import JobStepGetParams, JobStepRecordParams, JobStepsClearParams
+from django_hopper.engine.rules import step_from_row
 from django_hopper.engine.sqlite.convert import dumps, from_db_time
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.exceptions import InvalidJob, JobFenced
+from django_hopper.types import JobID, JobStepRow
 
 
 def _row(r: Any) -> JobStepRow:

@@ -12,16 +12,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_hopper.engine import topics
-from django_hopper.engine.base import (
+from django_hopper.engine.base import StreamsContract
+from django_hopper.engine.params import (
     JobInsertOpts,
     StreamAppendParams,
-    StreamConsumerRow,
-    StreamEvent,
-    StreamPosition,
     StreamPruneParams,
     StreamPumpResult,
     StreamReadParams,
-    StreamsContract,
     StreamSeekParams,
 )
 from django_hopper.engine.sqlite.convert import db_time, dumps, from_db_time
@@ -29,6 +26,7 @@ from django_hopper.engine.sqlite.pubsub import load_object, route_params
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.exceptions import InvalidJob, NotFound
 from django_hopper.ids import new_id
+from django_hopper.types import StreamConsumerRow, StreamEvent, StreamPosition
 
 
 def event_from_row(r: Sequence[Any]) -> StreamEvent:

@@ -14,23 +14,16 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, cast
 
-from django_hopper.engine.base import (
-    CHANNEL_DONE,
-    CHANNEL_INSERT,
+from django_hopper.engine.base import BatchWorkflowContract
+from django_hopper.engine.params import (
     BatchSettleParams,
-    BatchWorkflowContract,
-    Dependency,
-    JobEdge,
-    JobID,
     JobInsertResult,
-    JobRow,
     WorkflowInsertParams,
     WorkflowInsertResult,
     WorkflowPromoteParams,
     WorkflowPromoteResult,
-    WorkflowRow,
-    validate_workflow,
 )
+from django_hopper.engine.rules import validate_workflow
 from django_hopper.engine.sqlite.batches import (
     BatchesMixin,
     batch_from_row,
@@ -42,6 +35,15 @@ from django_hopper.engine.sqlite.jobs import _check_insert, inserted_row
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.exceptions import InvalidJob
 from django_hopper.ids import new_id
+from django_hopper.types import (
+    CHANNEL_DONE,
+    CHANNEL_INSERT,
+    Dependency,
+    JobEdge,
+    JobID,
+    JobRow,
+    WorkflowRow,
+)
 
 #: A finished job for the bookkeeping: [id hex, batch hex, step, state, output JSON text].
 Finished = list[Any]

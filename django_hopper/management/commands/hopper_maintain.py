@@ -89,7 +89,7 @@ class Command(BaseCommand):
         kill them mid-build.
         """
         from django_hopper.conf import hopper_settings
-        from django_hopper.engine.base import ClientRegisterParams, ClientRenewParams
+        from django_hopper.engine.params import ClientRegisterParams, ClientRenewParams
         from django_hopper.maintenance import default_services
         from django_hopper.maintenance.leader import Elector
         from django_hopper.worker.db import close_thread_connections

@@ -18,7 +18,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_hopper.engine import get_engine
-from django_hopper.engine.base import HistoryMaintainResult
+from django_hopper.engine.params import HistoryMaintainResult
 from django_hopper.exceptions import HopperError
 from django_hopper.periodic_services import HistoryRetention
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from django_hopper.engine.base import Stats
+from django_hopper.types import Stats
 
 _COLUMNS = ("queue", "available", "scheduled", "retryable", "running", "oldest", "done/min", "")
 

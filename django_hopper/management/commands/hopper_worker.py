@@ -30,7 +30,7 @@ def parse_queues(value: str, default_concurrency: int | None = None) -> dict[str
         name, sep, conc = part.rpartition(":")
         if not sep or not conc.lstrip("-").isdigit():
             name, conc = part, ""
-        if not QUEUE_RE.match(name):
+        if not QUEUE_RE.fullmatch(name):
             raise CommandError(f"--queues: malformed queue name {name!r}")
         n = int(conc) if conc else (default_concurrency or 10)
         if n < 1:

@@ -1,0 +1,697 @@
+"""The engine's params and results: one frozen dataclass per method's input.
+
+Internal: the layers above the engine build these, and the engine's shared
+front validates them (:mod:`django_hopper.engine.base`). What users receive
+lives in :mod:`django_hopper.types`; a change here changes no public type.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_hopper.types import (
+    JSON,
+    AttemptError,
+    ConflictAction,
+    DependencyFailure,
+    JobID,
+    JobRow,
+    LeaseFence,
+    QueueLimits,
+    StreamPosition,
+)
+
+# ---------------------------------------------------------------------------
+# Jobs
+
+
+@dataclass(slots=True)
+class JobInsertResult:
+    job: JobRow
+    #: True when a job with the same unique key already existed; ``job`` is then
+    #: that existing job.
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class JobClaimResult:
+    jobs: list[JobRow]
+    #: When positive, how long the rate limit will allow nothing.
+    wait: dt.timedelta = dt.timedelta(0)
+
+
+@dataclass(slots=True, frozen=True)
+class JobFinalized:
+    id: JobID
+    fence: int
+
+
+@dataclass(slots=True)
+class RescueCandidate:
+    job: JobRow
+    #: True when selected for running longer than StuckAfter rather than for
+    #: its client's expired lease.
+    stuck: bool
+
+
+@dataclass(slots=True)
+class ClientRenewResult:
+    #: False if the lease had already expired: the client is fenced.
+    renewed: bool
+    #: The client's running jobs that have a pending cancel request.
+    cancel_requested: list[JobID] = field(default_factory=list)
+    paused_queues: list[str] = field(default_factory=list)
+    #: Queues with a global, rate or partition limit (claimed through the
+    #: limited path).
+    limited_queues: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True, frozen=True)
+class JobInsertParams:
+    kind: str
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 25
+    #: None to run as soon as possible.
+    scheduled_at: dt.datetime | None = None
+    args: JSON = field(default_factory=dict)
+    metadata: JSON = field(default_factory=dict)
+    #: Distinct, not empty.
+    tags: tuple[str, ...] = ()
+    #: None for non-unique jobs.
+    unique_key: str | None = None
+    #: Finished states in which a job in history with the same kind and unique
+    #: key is a duplicate too.
+    unique_finished: tuple[str, ...] = ()
+    #: Serializes the job with others of the same key in its queue.
+    ordering_key: str | None = None
+    partition_key: str | None = None
+    batch_id: JobID | None = None
+    #: If set, expires_at = database now + ttl.
+    ttl: dt.timedelta | None = None
+    #: Announce the finalize on CHANNEL_DONE.
+    awaited: bool = False
+    #: Pre-generated ID (UUIDv7); the engine generates one when None.
+    id: JobID | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobInsertOpts:
+    #: Wake workers on the inserted queues once the insert commits.
+    notify: bool = False
+    on_conflict: str = ConflictAction.SKIP
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobClaimParams:
+    queue: str
+    client_id: int
+    limit: int
+    #: Lock the queue row and apply its limits.
+    limited: bool = False
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobFinalize:
+    """One result of one attempt."""
+
+    id: JobID
+    #: The claim of the attempt: the client and the fence.
+    attempted_by: int | None
+    fence: int
+    #: completed, canceled, discarded (to history) or retryable, scheduled (stays live).
+    state: str
+    #: How long from database now the job waits; only retryable and scheduled.
+    delay: dt.timedelta = dt.timedelta(0)
+    #: Give the attempt back: the retry does not count against max_attempts.
+    snooze: bool = False
+    snooze_reason: str | None = None
+    #: Appended to the job's errors; ``at`` is set by the engine from database time.
+    error: AttemptError | None = None
+    output: JSON = None
+    #: Appended to the job's logs, with ``snoozed`` set from ``snooze``.
+    log: str | None = None
+    #: Write a completed job to history; canceled and discarded always are.
+    archive: bool = True
+    #: When set, the result is fenced to this job lease instead of a client.
+    lease_token: JobID | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobFinalizeParams:
+    jobs: Sequence[JobFinalize]
+    #: None of the jobs belongs to a batch or workflow: skip that bookkeeping.
+    no_batches: bool = False
+    #: Skip jobs whose rows another transaction holds instead of waiting.
+    skip_locked: bool = False
+    #: The most attempt logs a job keeps (the latest). 0 keeps them all.
+    keep_logs: int = 0
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobRecordProgressParams:
+    id: JobID
+    attempted_by: int | None
+    fence: int
+    attempt: int
+    step: str = ""
+    keep_step: bool = False
+    cursor: JSON = None
+    no_wait: bool = False
+    lease_token: JobID | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobListParams:
+    queue: str | None = None
+    kinds: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+    #: Needs ``queue``: a key is a lane only within its queue.
+    ordering_key: str | None = None
+    newest_first: bool = False
+    #: The cursor: only jobs after it in the listing's order.
+    after: JobID | None = None
+    limit: int = 100
+    ids: tuple[JobID, ...] = ()
+    priorities: tuple[int, ...] = ()
+    tags_any: tuple[str, ...] = ()
+    tags_all: tuple[str, ...] = ()
+    #: A JSON object; jobs whose metadata contains it (Postgres ``@>`` semantics).
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobCancelParams:
+    id: JobID
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobRetryParams:
+    id: JobID
+    #: Clear the job's progress, so that it runs all its steps again.
+    from_start: bool = False
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobDeleteParams:
+    id: JobID
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobDiscardExpiredParams:
+    limit: int = 1000
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobRescueParams:
+    #: If positive, also running jobs claimed longer ago than this.
+    stuck_after: dt.timedelta = dt.timedelta(0)
+    limit: int = 1000
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobScheduleParams:
+    """Promote due scheduled and retryable jobs to available."""
+
+    queue: str | None = None
+    limit: int = 10_000
+    now: dt.datetime | None = None
+
+
+# ---------------------------------------------------------------------------
+# Clients and the leader
+
+
+@dataclass(slots=True, frozen=True)
+class ClientRegisterParams:
+    hostname: str
+    ttl: dt.timedelta
+    info: JSON = field(default_factory=dict)
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class ClientRenewParams:
+    client_id: int
+    ttl: dt.timedelta
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class LeaderParams:
+    client_id: int
+    ttl: dt.timedelta
+    now: dt.datetime | None = None
+
+
+# ---------------------------------------------------------------------------
+# Periodic jobs, history and upkeep
+
+
+@dataclass(slots=True, frozen=True)
+class PeriodicInsertParams:
+    #: The periodic job's name, the key of its slot row.
+    name: str
+    #: The slot the job is for; inserted only if later than the recorded last slot.
+    slot: dt.datetime
+    job: JobInsertParams
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class PeriodicRegistration:
+    """A periodic job as one client declares it."""
+
+    name: str
+    #: The definition as JSON (django_hopper.periodic.PeriodicDefinition.to_json()).
+    definition: JSON
+    #: sha256 of the definition's canonical JSON.
+    digest: str
+
+
+@dataclass(slots=True, frozen=True)
+class PeriodicRegisterParams:
+    client_id: int
+    registrations: Sequence[PeriodicRegistration]
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class HistoryMaintainParams:
+    #: How long completed jobs are kept.
+    completed_retention: dt.timedelta
+    #: How long canceled and discarded jobs are kept.
+    failed_retention: dt.timedelta
+    #: How long creating or dropping a storage unit waits for its lock; what
+    #: cannot lock in time is deferred. Zero means the engine's default (100 ms).
+    lock_timeout: dt.timedelta = dt.timedelta(0)
+    #: Partitions (days) prepared ahead of today, today included as day 0.
+    create_ahead: int = 3
+    #: Create missing partitions / drop expired ones (``hopper_partitions`` picks).
+    create: bool = True
+    drop: bool = True
+    #: Delete expired rows individually (outside partition drops).
+    prune: bool = True
+    #: Rows deleted individually per statement, and at most this many statements a pass.
+    chunk_size: int = 5_000
+    max_chunks: int = 20
+    #: A partition past the shorter retention only is dropped if at most this
+    #: many of its rows are still within their own (longer) retention: those
+    #: move to the DEFAULT partition. Otherwise it is kept until the longer one.
+    move_limit: int = 10_000
+    #: Report what would change and change nothing (``pruned`` then counts the
+    #: rows a pass would delete, up to chunk_size * max_chunks).
+    dry_run: bool = False
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class HistoryMaintainResult:
+    #: Storage units (partitions on PostgreSQL) created and dropped.
+    created: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    #: Units whose creation or drop could not get its lock within lock_timeout;
+    #: a later pass retries them.
+    deferred: list[str] = field(default_factory=list)
+    #: Units past the shorter retention kept because too many of their rows are
+    #: still within the longer one; their expired rows are pruned instead.
+    kept: list[str] = field(default_factory=list)
+    #: Jobs deleted individually, outside partition drops.
+    pruned: int = 0
+    #: What the jobs gone from live and history leave behind, deleted in
+    #: bounded chunks after the prune: completed batches none of whose jobs
+    #: or callbacks remain live or in history (callbacks: live), workflow
+    #: edges whose dependent is gone, and step-ledger rows whose job is gone.
+    batches_deleted: int = 0
+    edges_deleted: int = 0
+    steps_deleted: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class HistoryIndexParams:
+    #: Storage units (partitions) to leave for a later pass.
+    skip: tuple[str, ...] = ()
+    #: How long attaching a built index waits for its lock; zero: 100 ms.
+    lock_timeout: dt.timedelta = dt.timedelta(0)
+    #: Bounds each build (``statement_timeout``); zero keeps the session's.
+    statement_timeout: dt.timedelta = dt.timedelta(0)
+
+
+@dataclass(slots=True)
+class HistoryIndexResult:
+    #: Indexes built and attached this pass ("<partition>.<index>").
+    built: list[str] = field(default_factory=list)
+    #: Partitions whose build ran past the statement timeout (what it left is removed).
+    timed_out: list[str] = field(default_factory=list)
+    #: Parent indexes still invalid after the pass although every partition is indexed.
+    invalid: list[str] = field(default_factory=list)
+    #: Builds or attaches that could not lock in time; a later pass retries them.
+    deferred: list[str] = field(default_factory=list)
+    #: Set when another session holds the build lock: the index this pass would
+    #: have built next. Nothing waited.
+    busy: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class JobsMaintainParams:
+    #: VACUUM a hot table once it has this many dead tuples.
+    vacuum_dead_tuples: int = 100_000
+    #: ANALYZE once this many rows changed since the last analyze ...
+    analyze_changes: int = 100_000
+    #: ... or when the planner's row estimate is off by this factor ...
+    analyze_ratio: float = 10.0
+    #: ... for a table of at least this many rows (either estimate).
+    analyze_min_rows: int = 1_000
+
+
+@dataclass(slots=True)
+class JobsMaintainResult:
+    #: Whether the live job table was vacuumed / analyzed.
+    vacuumed: bool = False
+    analyzed: bool = False
+    #: What was done per hot table: "vacuumed", "analyzed" or "failed: <error>".
+    tables: dict[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------
+# Batches and workflows
+
+
+@dataclass(slots=True, frozen=True)
+class BatchInsertParams:
+    """A batch expecting ``total`` jobs, inserted separately with their batch_id set."""
+
+    total: int
+    #: Inserted when the batch completes: on_success if no job was canceled or
+    #: discarded, on_failure otherwise, on_complete either way. Each callback's
+    #: metadata gains ``batch_id``.
+    on_success: JobInsertParams | None = None
+    on_failure: JobInsertParams | None = None
+    on_complete: JobInsertParams | None = None
+    metadata: JSON = field(default_factory=dict)
+    #: Pre-generated ID (UUIDv7); the engine generates one when None.
+    id: JobID | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class BatchSettleParams:
+    #: The batches to settle, waiting briefly for a row another transaction
+    #: holds. An empty (non-None) tuple settles nothing.
+    ids: tuple[JobID, ...] | None = None
+    #: With ids None: up to ``limit`` open batches with progress, ID after ``after``.
+    after: JobID | None = None
+    limit: int = 1000
+    #: With ids None: also delete up to ``limit`` dependency results of
+    #: workflows that completed or no longer exist.
+    results: bool = False
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class BatchSettleResult:
+    #: Batches whose progress was folded, and those of them that completed.
+    folded: int = 0
+    completed: int = 0
+    #: The greatest ID folded: the ``after`` of a sweep's next chunk.
+    last: JobID | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobDependency:
+    """An edge of a workflow: ``jobs[job]`` waits for ``jobs[depends_on]`` (indexes)."""
+
+    job: int
+    depends_on: int
+    on_failure: str = DependencyFailure.CANCEL
+    #: Claim ``job`` with ``depends_on``'s final state and output in its dependencies.
+    reads: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class WorkflowInsertParams:
+    name: str
+    #: No unique keys (a skipped job would leave its dependents waiting forever)
+    #: and no batch_id (the workflow is their batch).
+    jobs: Sequence[JobInsertParams]
+    #: Empty, or one name per job ("" for an unnamed one); names are unique.
+    steps: Sequence[str] = ()
+    deps: Sequence[JobDependency] = ()
+    on_success: JobInsertParams | None = None
+    on_failure: JobInsertParams | None = None
+    on_complete: JobInsertParams | None = None
+    metadata: JSON = field(default_factory=dict)
+    #: Wake workers on the queues of jobs that start available (at commit).
+    notify: bool = False
+    id: JobID | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class WorkflowInsertResult:
+    id: JobID
+    #: In input order.
+    jobs: list[JobInsertResult]
+
+
+@dataclass(slots=True, frozen=True)
+class WorkflowPromoteParams:
+    #: Finalized jobs whose pending dependents to promote (or fail). An empty
+    #: (non-None) tuple promotes nothing.
+    depends_on: tuple[JobID, ...] | None = None
+    #: With depends_on None: up to ``limit`` pending workflow jobs, ID after ``after``.
+    after: JobID | None = None
+    limit: int = 1000
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class WorkflowPromoteResult:
+    #: Jobs made claimable.
+    promoted: int = 0
+    #: Pending jobs canceled or discarded because a dependency failed.
+    failed: int = 0
+    #: Jobs considered by a sweep, and the greatest of their IDs.
+    scanned: int = 0
+    last: JobID | None = None
+    #: The batches of the jobs that failed, to settle.
+    batches: list[JobID] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------
+# Queues
+
+
+@dataclass(slots=True, frozen=True)
+class JobRetryOrderingKeyParams:
+    queue: str
+    ordering_key: str
+    #: At most this many waiting (scheduled or retryable) jobs become available.
+    limit: int = 1000
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobAgeParams:
+    queue: str
+    #: Jobs claimable for longer than this gain one priority level.
+    after: dt.timedelta
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class QueueState:
+    """The queue row as the limited claim locked it, with the queue's running counts."""
+
+    limits: QueueLimits
+    paused: bool
+    #: The token bucket: tokens left at ``rate_refilled_at`` (None: never used, full).
+    rate_tokens: float | None
+    rate_refilled_at: dt.datetime | None
+    #: Running jobs of the queue across all clients.
+    running: int
+    #: The clock of the claim's transaction.
+    now: dt.datetime
+
+
+# ---------------------------------------------------------------------------
+# Job leases and the step ledger
+
+
+@dataclass(slots=True, frozen=True)
+class JobClaimByIDParams:
+    id: JobID
+    #: The fence the job must have (0 for a job never claimed); another raises JobFenced.
+    fence: int
+    #: The lease's time to live from each claim or renewal (at least a microsecond).
+    ttl: dt.timedelta
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class JobLeaseRow:
+    #: The job as claimed: running with no owning client, attempt and fence incremented.
+    job: JobRow
+    lease: LeaseFence
+    expires_at: dt.datetime
+
+
+@dataclass(slots=True, frozen=True)
+class JobLeaseRenewParams:
+    id: JobID
+    lease: LeaseFence
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class JobLeaseStatus:
+    #: The lease's new expiry, by database time.
+    expires_at: dt.datetime
+    #: job_cancel was called on the job.
+    cancel_requested: bool
+
+
+@dataclass(slots=True, frozen=True)
+class JobExpireLeasesParams:
+    limit: int
+    #: The expiring client (the leader), whose own lease must be live.
+    client_id: int
+    #: The least time a lease is given past a client's start.
+    grace: dt.timedelta = dt.timedelta(0)
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobStepGetParams:
+    """Read one step at a step boundary, as the attempt that claimed the job."""
+
+    id: JobID
+    step: str
+    #: The claim: client and fence, or lease_token and fence for a job claimed by ID.
+    attempted_by: int | None
+    fence: int
+    lease_token: JobID | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobStepRecordParams:
+    """Record one try of a step: its result when ``done``, its error otherwise."""
+
+    id: JobID
+    step: str
+    attempted_by: int | None
+    fence: int
+    done: bool
+    result: JSON = None
+    error: str | None = None
+    lease_token: JobID | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobStepsClearParams:
+    """Drop the ledger of a job's pass (the commit of a pass drops it with the cursor)."""
+
+    id: JobID
+    attempted_by: int | None
+    fence: int
+    lease_token: JobID | None = None
+    #: Also set the running job's attempt to 1, so that the snooze which ends a
+    #: committed pass gives it back to 0: attempts then count consecutive failed
+    #: passes (seed 004: a committed pass clears the attempts).
+    reset_attempt: bool = False
+    now: dt.datetime | None = None
+
+
+# ---------------------------------------------------------------------------
+# Pub/sub and streams
+
+
+@dataclass(slots=True, frozen=True)
+class MessagePublishParams:
+    topic: str
+    payload: JSON = None
+    #: Stored in each delivery's metadata (``metadata["headers"]``) and message.
+    headers: Mapping[str, str] = field(default_factory=dict)
+    #: Serializes deliveries with the same key per queue.
+    ordering_key: str | None = None
+    #: Makes the publish idempotent while an earlier delivery is live: each
+    #: delivery's unique key is ``<subscription>:<dedup_key>``.
+    dedup_key: str | None = None
+    #: Schedules the deliveries this long after database now.
+    delay: dt.timedelta | None = None
+    #: Sets each delivery's expires_at, as JobInsertParams.ttl does.
+    ttl: dt.timedelta | None = None
+    priority: int = 0
+    awaited: bool = False
+    #: Wake workers on the delivery queues once the publish commits.
+    notify: bool = False
+    #: Pre-generated message ID; the engine generates one (UUIDv7 hex) when None.
+    message_id: str | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class StreamAppendParams:
+    topic: str
+    payload: JSON = None
+    key: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    #: Signal CHANNEL_STREAM (delivered at commit).
+    notify: bool = False
+    #: Pre-generated message ID; the engine generates one (UUIDv7 hex) when None.
+    message_id: str | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class StreamReadParams:
+    #: An AMQP topic pattern; empty matches every topic.
+    pattern: str = ""
+    after: StreamPosition = StreamPosition()
+    limit: int = 100
+
+
+@dataclass(slots=True, frozen=True)
+class StreamSeekParams:
+    """Exactly one of the four: where the consumer reads from next."""
+
+    #: The next event delivered is the one after it.
+    position: StreamPosition | None = None
+    #: Just before the first event appended at or after this time.
+    time: dt.datetime | None = None
+    #: Before every retained event.
+    earliest: bool = False
+    #: Past every event appended so far.
+    latest: bool = False
+
+
+@dataclass(slots=True)
+class StreamPumpResult:
+    delivered: int = 0
+    #: The consumer's position afterwards.
+    position: StreamPosition = StreamPosition()
+    #: Queues that received deliveries.
+    queues: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True, frozen=True)
+class StreamPruneParams:
+    #: Events created longer ago than this (by database time) are deleted.
+    retention: dt.timedelta
+    #: At most this many per call.
+    limit: int = 5_000
+    now: dt.datetime | None = None

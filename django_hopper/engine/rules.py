@@ -1,0 +1,264 @@
+"""The engine's rules that need no database, written once for both engines.
+
+What a valid workflow is, how a batch's callbacks are stored and chosen, how
+hopper ends an attempt whose holder stopped reporting, what a refused claim by
+ID raises. The rules that need atomicity live inside single SQL statements.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+
+from django_hopper.engine.params import JobFinalize, JobInsertParams, WorkflowInsertParams
+from django_hopper.exceptions import InvalidJob, JobFenced, JobNotClaimable, JobRunning, NotFound
+from django_hopper.types import (
+    JSON,
+    LEASE_EXPIRED_ERROR,
+    AttemptError,
+    DependencyFailure,
+    JobID,
+    JobRow,
+    JobState,
+    JobStepRow,
+    RescueReason,
+)
+
+
+def validate_workflow(params: WorkflowInsertParams) -> None:
+    """Refuse an invalid workflow with an InvalidJob naming the problem.
+
+    Written once for both engines, and run before anything is written.
+    """
+
+    n = len(params.jobs)
+    if not isinstance(params.name, str) or not params.name or len(params.name) > 255:
+        raise InvalidJob(
+            f"a workflow's name must be a non-empty string of at most 255 characters, "
+            f"not {params.name!r}",
+            field="name",
+        )
+    if n == 0:
+        raise InvalidJob("a workflow needs at least one job", field="jobs")
+    for i, p in enumerate(params.jobs):
+        if p.unique_key is not None:
+            raise InvalidJob(
+                f"jobs[{i}] ({p.kind}) has a unique key; workflow jobs cannot have one, "
+                "since a skipped duplicate would leave its dependents waiting forever",
+                field="unique_key",
+            )
+        if p.batch_id is not None:
+            raise InvalidJob(
+                f"jobs[{i}] ({p.kind}) has a batch_id; the workflow is its batch",
+                field="batch_id",
+            )
+    if params.steps:
+        if len(params.steps) != n:
+            raise InvalidJob(
+                f"steps names {len(params.steps)} jobs but the workflow has {n}", field="steps"
+            )
+        seen: dict[str, int] = {}
+        for i, step in enumerate(params.steps):
+            if not isinstance(step, str) or len(step) > 255:
+                raise InvalidJob(f"steps[{i}] must be a string, not {step!r}", field="steps")
+            if step and step in seen:
+                raise InvalidJob(
+                    f"step name {step!r} is used twice (jobs[{seen[step]}] and jobs[{i}])",
+                    field="steps",
+                )
+            seen[step] = i
+    edges: set[tuple[int, int]] = set()
+    after: list[list[int]] = [[] for _ in range(n)]
+    indegree = [0] * n
+    for k, d in enumerate(params.deps):
+        for name in ("job", "depends_on"):
+            v = getattr(d, name)
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < n:
+                raise InvalidJob(
+                    f"deps[{k}].{name} is {v!r}: an edge must join two jobs of the workflow "
+                    f"(indexes 0..{n - 1})",
+                    field="deps",
+                )
+        if d.job == d.depends_on:
+            raise InvalidJob(f"deps[{k}]: jobs[{d.job}] cannot depend on itself", field="deps")
+        if d.on_failure not in DependencyFailure.values():
+            raise InvalidJob(
+                f"deps[{k}].on_failure must be one of {', '.join(DependencyFailure.values())}, "
+                f"not {d.on_failure!r}",
+                field="on_failure",
+            )
+        if (d.job, d.depends_on) in edges:
+            raise InvalidJob(
+                f"deps[{k}]: jobs[{d.job}] depends on jobs[{d.depends_on}] twice", field="deps"
+            )
+        edges.add((d.job, d.depends_on))
+        after[d.depends_on].append(d.job)
+        indegree[d.job] += 1
+    # Kahn's algorithm: whatever is left unvisited sits on a cycle.
+    ready = [i for i in range(n) if indegree[i] == 0]
+    visited = 0
+    while ready:
+        i = ready.pop()
+        visited += 1
+        for j in after[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                ready.append(j)
+    if visited != n:
+        names = params.steps or [""] * n
+        cycle = [names[i] or f"jobs[{i}]" for i in range(n) if indegree[i] > 0]
+        raise InvalidJob(
+            f"the workflow's dependencies form a cycle through {', '.join(cycle[:10])}",
+            field="deps",
+        )
+
+
+def check_batch_job(p: JobInsertParams) -> None:
+    """Refuse a batch job with a unique key: the one rule, at every engine's insert.
+
+    A duplicate is skipped (the insert returns the job holding the key), so the
+    batch would wait forever for a job that was never inserted into it.
+    """
+
+    if p.batch_id is not None and p.unique_key is not None:
+        raise InvalidJob(
+            f"a job of batch {p.batch_id} cannot have a unique key ({p.unique_key!r}): a "
+            "skipped duplicate would never finish the batch",
+            field="unique_key",
+        )
+
+
+def callback_to_json(p: JobInsertParams | None) -> JSON:
+    """Store a callback job's params as JSON (written once for both engines)."""
+    if p is None:
+        return None
+    return {
+        "kind": p.kind,
+        "queue": p.queue,
+        "priority": p.priority,
+        "max_attempts": p.max_attempts,
+        "args": p.args,
+        "metadata": p.metadata,
+        "tags": list(p.tags),
+        "unique_key": p.unique_key,
+        "unique_finished": list(p.unique_finished),
+        "ordering_key": p.ordering_key,
+        "partition_key": p.partition_key,
+        "ttl": p.ttl.total_seconds() if p.ttl else None,
+        "awaited": p.awaited,
+    }
+
+
+def callbacks_of(batch_id: JobID, failed: int, stored: Sequence[JSON]) -> list[JobInsertParams]:
+    """Return the callback jobs a batch inserts on completion.
+
+    ``stored`` is (on_success, on_failure, on_complete) as callback_to_json
+    made them: on_success if no job failed, on_failure otherwise, on_complete
+    either way; each one's metadata gains ``batch_id``.
+    """
+    on_success, on_failure, on_complete = stored
+    chosen = [on_failure if failed else on_success, on_complete]
+    out: list[JobInsertParams] = []
+    for obj in chosen:
+        if isinstance(obj, str):
+            obj = json.loads(obj)
+        if not obj:
+            continue
+        meta = dict(obj.get("metadata") or {})
+        meta["batch_id"] = str(batch_id)
+        ttl = obj.get("ttl")
+        out.append(
+            JobInsertParams(
+                kind=obj["kind"],
+                queue=obj.get("queue") or "default",
+                priority=int(obj.get("priority") or 0),
+                max_attempts=int(obj.get("max_attempts") or 25),
+                args=obj.get("args") if obj.get("args") is not None else {},
+                metadata=meta,
+                tags=tuple(obj.get("tags") or ()),
+                unique_key=obj.get("unique_key"),
+                unique_finished=tuple(obj.get("unique_finished") or ()),
+                ordering_key=obj.get("ordering_key"),
+                partition_key=obj.get("partition_key"),
+                ttl=dt.timedelta(seconds=ttl) if ttl else None,
+                awaited=bool(obj.get("awaited")),
+            )
+        )
+    return out
+
+
+def rescued_state(job: JobRow) -> str:
+    """Return how hopper ends an attempt it takes from a holder that stopped reporting.
+
+    Canceled if a cancel was requested, discarded on the last attempt, retryable
+    otherwise: the one rule for the rescuer and for lease expiry.
+    """
+    if job.cancel_requested_at is not None:
+        return JobState.CANCELED
+    if job.attempt >= job.max_attempts:
+        return JobState.DISCARDED
+    return JobState.RETRYABLE
+
+
+def lease_expiry_result(job: JobRow, token: JobID) -> JobFinalize:
+    """Return how an expired lease ends ``job``'s attempt: the rule, written once.
+
+    Canceled if a cancel was requested, else discarded on the last attempt,
+    else retryable at once (the holder is gone; a backoff would only delay the
+    takeover). Fenced to the lease, so a holder that finishes first wins.
+    """
+    err = AttemptError(
+        at=None,
+        attempt=job.attempt,
+        error=LEASE_EXPIRED_ERROR,
+        fence=job.fence,
+        rescue=RescueReason.LEASE_EXPIRED,
+    )
+    return JobFinalize(
+        id=job.id,
+        attempted_by=None,
+        fence=job.fence,
+        state=rescued_state(job),
+        error=err,
+        lease_token=token,
+    )
+
+
+def claim_by_id_refusal(status: str, id: JobID) -> Exception:
+    """Return the error a claim by ID refused with ``status`` raises (the engines'
+    statements name the first rule that applies; the words are written here once)."""
+
+    if status == "not_found":
+        return NotFound(f"job {id} does not exist")
+    if status == "finished":
+        return JobNotClaimable(f"job {id} has finished; retry it to run it again")
+    if status == "fenced":
+        return JobFenced(f"job {id} is at another fence: another claim took it")
+    if status == "running":
+        return JobRunning(f"job {id} is running")
+    return JobNotClaimable(
+        f"job {id} cannot be claimed now: pending, past its TTL, in a paused queue, "
+        "or behind an older job of its ordering key"
+    )
+
+
+def step_from_row(
+    job_id: JobID,
+    step: str,
+    result: JSON,
+    attempts: int,
+    last_error: str | None,
+    recorded_at: dt.datetime | None,
+) -> JobStepRow:
+    """Build a step row from the stored columns: ``result`` is ``{"value": ...}`` once done."""
+    done = result is not None
+    return JobStepRow(
+        job_id=job_id,
+        step=step,
+        done=done,
+        result=result.get("value") if done and isinstance(result, dict) else None,
+        attempts=int(attempts or 0),
+        last_error=last_error,
+        recorded_at=recorded_at,
+    )
