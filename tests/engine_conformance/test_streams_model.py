@@ -356,6 +356,7 @@ def test_streams__every_event_once_per_consumer_in_the_models_order(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_streams__every_event_once_per_consumer_in_the_models_order_thousands_of_cases(
     tx_engine: BaseEngine, writers: list[Writer]
 ) -> None:
