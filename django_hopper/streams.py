@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 from django_hopper.engine import topics
 from django_hopper.engine.params import StreamPumpResult
 from django_hopper.engine.topics import Message
-from django_hopper.exceptions import InvalidJob, NotFound
+from django_hopper.exceptions import HopperError, InvalidJob, NotFound
+from django_hopper.jobs import job
 from django_hopper.pubsub import kind_and_queue
 from django_hopper.types import StreamConsumerRow, StreamEvent, StreamPosition, StreamStart
 
@@ -44,6 +45,7 @@ __all__ = [
     "Message",
     "StreamEvent",
     "StreamPosition",
+    "UndecodableEvent",
     "append",
     "consume",
     "list_consumers",
@@ -224,3 +226,21 @@ def pump(name: str, limit: int = 1000) -> StreamPumpResult:
     """Deliver up to ``limit`` of a consumer's pending events now (the leader does
     this every maintenance interval)."""
     return _engine().stream_pump(name, limit)
+
+
+class UndecodableEvent(HopperError):
+    """A stream event's stored columns do not decode, so no consumer can be given it."""
+
+
+@job(kind=topics.UNDECODABLE_EVENT_KIND, max_attempts=1)
+def undecodable_event(consumer: str, topic: str, position: dict[str, int], error: str) -> None:
+    """Fail with why an event does not decode: the delivery a pump makes of it.
+
+    The consumer's own function never sees such an event; this delivery puts
+    the failure on record, in the consumer's queue, with the reason, and the
+    consumer's later events go on.
+    """
+    raise UndecodableEvent(
+        f"stream event {topic!r} at position ({position.get('xid')}, {position.get('seq')}) "
+        f"does not decode for consumer {consumer!r}: {error}"
+    )

@@ -570,6 +570,9 @@ class StreamEvent:
     headers: dict[str, str] = field(default_factory=dict)
     message_id: str = ""
     created_at: dt.datetime | None = None
+    #: Why a stored column would not decode (the field named), or None. Such an
+    #: event reads back with that column empty; a pump delivers it as a failure.
+    decode_error: str | None = None
 
 
 @dataclass(slots=True)

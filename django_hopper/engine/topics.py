@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any, TypedDict, TypeVar
 
@@ -48,6 +48,10 @@ from django_hopper.types import (
     StreamStart,
     SubscriptionRow,
 )
+
+#: The job kind of a delivery whose event does not decode: it fails with the
+#: reason, once, in the consumer's queue (:func:`django_hopper.streams.undecodable_event`).
+UNDECODABLE_EVENT_KIND = "django_hopper.streams.undecodable_event"
 
 #: Retry budgets of deliveries whose subscription or consumer says 0: keyed
 #: deliveries hold up their lane while they retry, so they give up sooner.
@@ -455,6 +459,64 @@ def publish_deliveries(
     ]
 
 
+def decoded_event(
+    position: StreamPosition,
+    topic: str,
+    key: str | None,
+    message_id: str,
+    *,
+    payload: Callable[[], JSON],
+    headers: Callable[[], Any],
+    created_at: Callable[[], dt.datetime | None],
+) -> StreamEvent:
+    """Return a stored event, decoding its columns tolerantly.
+
+    Both engines build events through this, each passing how it reads its
+    columns. A column that does not decode (invalid JSON, headers that are
+    not an object of strings, a bad time) comes back empty, and the event's
+    ``decode_error`` names it: a read shows the row, a pump delivers it as a
+    failure, and no other event is held up.
+    """
+    errors: list[str] = []
+
+    def read(name: str, load: Callable[[], Any], empty: Any) -> Any:
+        try:
+            return load()
+        except Exception as exc:
+            errors.append(f"{name}: {exc}")
+            return empty
+
+    loaded_payload = read("payload", payload, None)
+    loaded_headers = read("headers", lambda: stored_headers(headers()), {})
+    loaded_created_at = read("created_at", created_at, None)
+    return StreamEvent(
+        position=position,
+        topic=topic,
+        key=key,
+        payload=loaded_payload,
+        headers=loaded_headers,
+        message_id=message_id,
+        created_at=loaded_created_at,
+        decode_error="; ".join(errors) or None,
+    )
+
+
+def stored_headers(value: Any) -> dict[str, str]:
+    """Return stored headers as a dict of strings, or raise ValueError saying why."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValueError(f"must be an object of strings, not {_short(value)}")
+    return value
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def event_message(event: StreamEvent) -> Message:
     """Return the message a stream delivery's function receives."""
     return {
@@ -471,7 +533,48 @@ def event_deliveries(
     consumer: StreamConsumerRow, events: Sequence[StreamEvent]
 ) -> list[JobInsertParams]:
     """Return one delivery per event, with the consumer's kind, queue and settings;
-    an event's key becomes the delivery's ordering key."""
+    an event's key becomes the delivery's ordering key. An event that does not
+    decode is delivered as :func:`undecodable_delivery`."""
     return [
-        _delivery(consumer, "consumer", event_message(event), event.key or None) for event in events
+        undecodable_delivery(consumer, event)
+        if event.decode_error
+        else _delivery(consumer, "consumer", event_message(event), event.key or None)
+        for event in events
     ]
+
+
+def undecodable_delivery(consumer: StreamConsumerRow, event: StreamEvent) -> JobInsertParams:
+    """Return the delivery recording that an event does not decode, for this consumer.
+
+    The consumer's function is never called with a message it cannot trust:
+    the delivery is a job of :data:`UNDECODABLE_EVENT_KIND` in the consumer's
+    queue and lane, with one attempt, that fails with the decode error, so the
+    failure is on record (history, admin, ``job_finished``) like any failed
+    delivery's, and the consumer's later events go on.
+    """
+    position = {"xid": event.position.xid, "seq": event.position.seq}
+    error = event.decode_error or ""
+    return JobInsertParams(
+        kind=UNDECODABLE_EVENT_KIND,
+        queue=consumer.queue,
+        max_attempts=1,
+        args={
+            "args": [],
+            "kwargs": {
+                "consumer": consumer.name,
+                "topic": event.topic,
+                "position": position,
+                "error": error,
+            },
+        },
+        metadata={
+            **(consumer.metadata or {}),
+            "topic": event.topic,
+            "message_id": event.message_id,
+            "headers": {},
+            "consumer": consumer.name,
+            "consumer_kind": consumer.kind,
+            "decode_error": error,
+        },
+        ordering_key=event.key or None,
+    )

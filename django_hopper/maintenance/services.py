@@ -422,7 +422,9 @@ class StreamPumper(Service):
 
     One pump per consumer per round, of at most ``HOPPER["STREAM_PUMP_LIMIT"]``
     events; a consumer with more catches up over the next rounds. A pump that
-    fails is logged and retried next round without holding up the others.
+    fails, whatever it raises, is logged and retried next round without holding
+    up the others (an event that does not decode is delivered as a failure,
+    never raised).
     """
 
     name = "stream_pump"
@@ -436,16 +438,16 @@ class StreamPumper(Service):
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Pump each consumer once; return how many deliveries were inserted."""
         from django_hopper.engine.base import StreamsContract
-        from django_hopper.exceptions import HopperError
 
         engine = self.engine
         if not isinstance(engine, StreamsContract):
             return 0
         total = 0
         for consumer in engine.stream_consumer_list():
+            # Whatever one consumer's pump raises, the others are pumped this round.
             try:
                 total += engine.stream_pump(consumer.name, self.limit, now).delivered
-            except HopperError:
+            except Exception:
                 logger.exception("pumping stream consumer %s failed", consumer.name)
         return total
 

@@ -23,7 +23,9 @@ from django_hopper.engine.params import (
     StreamReadParams,
     StreamSeekParams,
 )
+from django_hopper.engine.topics import UNDECODABLE_EVENT_KIND
 from django_hopper.exceptions import InvalidJob, NotFound
+from django_hopper.models import StreamEvent as StreamEventModel
 from django_hopper.types import JobRow, StreamConsumerRow, StreamEvent, StreamPosition, StreamStart
 from tests.engine_conformance.support import HOUR, MINUTE
 
@@ -429,6 +431,52 @@ def test_stream_pump__two_pumps_of_one_consumer_deliver_each_event_once(
     assert not errors, errors
     assert sum(counts) == 20
     assert sorted(delivered_topics(tx_engine)) == sorted(f"t.n{i}" for i in range(20))
+
+
+def test_stream_pump__an_event_that_does_not_decode_is_delivered_as_a_failure_alone(
+    tx_engine: BaseEngine,
+) -> None:
+    consumer(tx_engine, "first", "t.#")
+    consumer(tx_engine, "second", "t.#")
+    append(tx_engine, "t.before", 1)
+    bad = append(tx_engine, "t.bad", 2, key="k-1", headers={"h": "v"})
+    append(tx_engine, "t.after", 3)
+    StreamEventModel.objects.filter(seq=bad.position.seq).update(headers=["not", "an", "object"])
+
+    assert [pump(tx_engine, name) for name in ("first", "second")] == [3, 3]
+
+    rows = deliveries(tx_engine) + tx_engine.job_list(
+        JobListParams(kinds=(UNDECODABLE_EVENT_KIND,), limit=100)
+    )
+    by_consumer: dict[str, list[JobRow]] = {}
+    for row in sorted(rows, key=lambda r: r.id):
+        by_consumer.setdefault(row.metadata["consumer"], []).append(row)
+    for name in ("first", "second"):
+        before, failed, after = by_consumer[name]
+        assert before.args["args"][0]["topic"] == "t.before"
+        assert after.args["args"][0]["topic"] == "t.after"
+        assert failed.kind == UNDECODABLE_EVENT_KIND
+        assert failed.max_attempts == 1
+        assert failed.ordering_key == "k-1"
+        assert failed.metadata["consumer_kind"] == KIND
+        assert failed.metadata["decode_error"].startswith("headers: must be an object of strings")
+        assert failed.args["kwargs"]["topic"] == "t.bad"
+
+
+def test_stream_read__an_event_that_does_not_decode_reads_back_saying_why(
+    engine: BaseEngine,
+) -> None:
+    bad = append(engine, "t.bad", {"x": 1}, headers={"h": "v"})
+    good = append(engine, "t.good")
+    StreamEventModel.objects.filter(seq=bad.position.seq).update(headers={"h": 7})
+
+    first, second = streams(engine).stream_read(StreamReadParams(limit=10))
+
+    assert first.headers == {}
+    assert first.payload == {"x": 1}  # the columns that decode are kept
+    assert first.decode_error is not None and "headers" in first.decode_error
+    assert second.position == good.position
+    assert second.decode_error is None
 
 
 # -- seek --------------------------------------------------------------------------------

@@ -13,8 +13,10 @@ import django_hopper
 from django_hopper import pubsub, streams
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import JobListParams
+from django_hopper.engine.topics import UNDECODABLE_EVENT_KIND
 from django_hopper.exceptions import InvalidJob, NotFound
 from django_hopper.maintenance import StreamPumper, StreamRetentionService, default_services
+from django_hopper.models import StreamEvent as StreamEventModel
 from django_hopper.types import StreamPosition
 from tests.runtime.conftest import get
 from tests.testapp import jobs
@@ -125,6 +127,56 @@ def test_append__the_leader_pumps_and_the_worker_runs_the_consumer(
     assert job.output["payload"] == {"id": 1}
     assert job.output["position"] == {"xid": event.position.xid, "seq": event.position.seq}
     assert streams.list_consumers()[0].delivered_at is not None
+
+
+def test_stream_pumper__an_event_that_does_not_decode_fails_alone_in_a_worker_process(
+    tx_engine: BaseEngine, processes
+) -> None:
+    for name in ("first", "second"):
+        django_hopper.consume(name, "orders.#", jobs.on_message, start="earliest", save=True)
+    django_hopper.append("orders.one", 1)
+    bad = django_hopper.append("orders.two", 2, headers={"h": "v"})
+    django_hopper.append("orders.three", 3)
+    StreamEventModel.objects.filter(seq=bad.position.seq).update(headers=["h", "v"])
+
+    assert StreamPumper(tx_engine).run_once() == 6
+    proc = processes.start("--burst", "--no-maintenance", "--queues", "default:2")
+    assert proc.wait(60) == 0, processes.logs()
+
+    done = tx_engine.job_list(JobListParams(kinds=(jobs.on_message.kind,)))
+    assert sorted((j.metadata["consumer"], j.output["payload"]) for j in done) == [
+        ("first", 1),
+        ("first", 3),
+        ("second", 1),
+        ("second", 3),
+    ]
+    assert {j.state for j in done} == {"completed"}
+    failed = tx_engine.job_list(JobListParams(kinds=(UNDECODABLE_EVENT_KIND,)))
+    assert sorted(j.metadata["consumer"] for j in failed) == ["first", "second"]
+    for j in failed:
+        assert j.state == "discarded"
+        assert "does not decode" in j.errors[-1].error
+        assert "headers: must be an object of strings" in j.errors[-1].error
+
+
+def test_stream_pumper__a_consumer_whose_pump_raises_does_not_stop_the_others(
+    tx_engine: BaseEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = tx_engine
+    for name in ("a-broken", "b-fine"):
+        django_hopper.consume(name, "#", jobs.on_message, start="earliest", save=True)
+    django_hopper.append("t.one", 1)
+    real_pump = engine.stream_pump  # type: ignore[attr-defined]
+
+    def pump(name: str, limit: int, now: dt.datetime | None = None) -> object:
+        if name == "a-broken":
+            raise ValueError("not a hopper error")
+        return real_pump(name, limit, now)
+
+    monkeypatch.setattr(engine, "stream_pump", pump)
+
+    assert StreamPumper(engine).run_once() == 1
+    assert [c.name for c in streams.list_consumers() if c.delivered_at] == ["b-fine"]
 
 
 def test_read_and_seek__browse_the_log_and_replay_a_consumer(tx_engine: BaseEngine) -> None:

@@ -100,15 +100,15 @@ def seek_snapshot(current: Snapshot, xid: int) -> Snapshot:
 
 def event_from_row(r: Sequence[Any]) -> StreamEvent:
     """Build a StreamEvent from (seq, xid, topic, key, payload, headers, message_id,
-    created_at)."""
-    return StreamEvent(
-        position=StreamPosition(xid=int(r[1]), seq=int(r[0])),
-        topic=r[2],
-        key=r[3],
-        payload=convert.load_json(r[4]),
-        headers=convert.load_json(r[5]) or {},
-        message_id=r[6],
-        created_at=r[7],
+    created_at), tolerating columns that do not decode (:func:`topics.decoded_event`)."""
+    return topics.decoded_event(
+        StreamPosition(xid=int(r[1]), seq=int(r[0])),
+        r[2],
+        r[3],
+        r[6],
+        payload=lambda: convert.load_json(r[4]),
+        headers=lambda: convert.load_json(r[5]),
+        created_at=lambda: r[7],
     )
 
 

@@ -31,15 +31,15 @@ from django_hopper.types import StreamConsumerRow, StreamEvent, StreamPosition
 
 def event_from_row(r: Sequence[Any]) -> StreamEvent:
     """Build a StreamEvent from (seq, xid, topic, key, payload, headers, message_id,
-    created_at)."""
-    return StreamEvent(
-        position=StreamPosition(xid=int(r[1]), seq=int(r[0])),
-        topic=r[2],
-        key=r[3],
-        payload=load_object(r[4]),
-        headers=load_object(r[5]) or {},
-        message_id=r[6],
-        created_at=from_db_time(r[7]),
+    created_at), tolerating columns that do not decode (:func:`topics.decoded_event`)."""
+    return topics.decoded_event(
+        StreamPosition(xid=int(r[1]), seq=int(r[0])),
+        r[2],
+        r[3],
+        r[6],
+        payload=lambda: load_object(r[4]),
+        headers=lambda: load_object(r[5]),
+        created_at=lambda: from_db_time(r[7]),
     )
 
 
