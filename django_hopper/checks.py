@@ -213,6 +213,25 @@ def _check_numbers(user: dict[str, Any], defaults: dict[str, Any]) -> list[Any]:
                     id="hopper.E013",
                 )
             )
+    fmt = user.get("LOG_FORMAT", defaults["LOG_FORMAT"])
+    if fmt not in ("text", "json"):
+        errors.append(
+            Error(
+                f"HOPPER['LOG_FORMAT'] must be 'text' or 'json', not {fmt!r}.",
+                hint="'json' writes one JSON object per line for log pipelines.",
+                id="hopper.E015",
+            )
+        )
+    for key in ("TRACING", "METRICS"):
+        value = user.get(key, defaults[key])
+        if value is not None and not isinstance(value, bool):
+            errors.append(
+                Error(
+                    f"HOPPER[{key!r}] must be None, True or False, not {value!r}.",
+                    hint="None (the default) turns it on when its package is installed.",
+                    id="hopper.E016",
+                )
+            )
     imports = user.get("IMPORTS", defaults["IMPORTS"])
     if not isinstance(imports, list | tuple) or not all(isinstance(m, str) for m in imports):
         errors.append(

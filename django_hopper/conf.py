@@ -75,6 +75,16 @@ DEFAULTS: dict[str, Any] = {
     # alias -> alias of a direct connection to the same database, for LISTEN and
     # the leader's maintenance (they need a session a transaction pooler lacks).
     "DIRECT_DATABASES": {},
+    # The worker's console lines: "text" (one line per record) or "json" (one
+    # JSON object per line, for log pipelines); --log-format overrides it.
+    "LOG_FORMAT": "text",
+    # OpenTelemetry tracing of enqueue and execution (django-hopper[otel]):
+    # None turns it on when opentelemetry-api is installed, False turns it off.
+    "TRACING": None,
+    # Job metrics through OpenTelemetry (when opentelemetry-api is installed)
+    # and Prometheus (when prometheus-client is): None turns them on when
+    # installed, False turns them off.
+    "METRICS": None,
 }
 
 

@@ -4,7 +4,9 @@ Receivers run synchronously in the sending thread; keep them cheap and do not
 let them raise (an exception propagates to the sender, as with any Django
 signal sent by ``send``).
 
-``job_enqueued`` is sent by :mod:`django_hopper.jobs` right after the insert,
+``job_enqueuing`` is sent right before jobs are inserted: a receiver may
+return a mapping that is merged into every job's ``metadata`` (tracing stores
+its trace context this way). ``job_enqueued`` is sent right after the insert,
 *inside* the caller's transaction: if that transaction later rolls back, the
 jobs never existed. A receiver that must act only on committed jobs wraps its
 work in ``transaction.on_commit``.
@@ -12,7 +14,13 @@ work in ``transaction.on_commit``.
 ``job_started`` and ``job_finished`` are sent by the worker (with
 ``send_robust``: a failing receiver is logged, never fails the job), before an
 attempt and once its result is written. ``jobs_ended`` is sent (robustly too)
-for jobs hopper ends with no attempt to announce them.
+for jobs hopper ends with no attempt to announce them, and ``jobs_rescued``
+for the attempts the rescue took back from a dead or stuck worker.
+``worker_started`` and ``worker_stopped`` bracket a worker's life.
+
+:mod:`django_hopper.observability` (console lines, OpenTelemetry tracing and
+metrics, Prometheus) is built on these same signals: a project adds Sentry or
+its own metrics by connecting receivers the same way (docs/observability.md).
 """
 
 from __future__ import annotations
@@ -38,6 +46,18 @@ def send_logged(signal: Signal, sender: Any = None, **kwargs: Any) -> None:
         if isinstance(outcome, Exception):
             logger.error("a signal receiver %r failed: %s", receiver, outcome)
 
+
+#: Sent before ``enqueue`` / ``enqueue_many`` / ``Workflow.enqueue`` /
+#: ``Batch.enqueue`` insert jobs, in the caller's thread and context.
+#:
+#: * ``sender``: the :class:`~django_hopper.jobs.JobFunction` that enqueues
+#:   (``None`` for a workflow or batch of several functions).
+#: * ``params``: list of :class:`~django_hopper.engine.base.JobInsertParams`
+#:   about to be inserted (read them; do not change them).
+#:
+#: A receiver may return a ``dict`` of JSON values: its keys are merged into
+#: the ``metadata`` of every job of the call. Sent only when someone listens.
+job_enqueuing = Signal()
 
 #: Sent after ``enqueue`` / ``enqueue_many`` inserted jobs.
 #:
@@ -78,3 +98,25 @@ job_finished = Signal()
 #: * ``jobs``: list of ``JobRow``, as ended (``canceled`` or ``discarded``,
 #:   their errors recorded).
 jobs_ended = Signal()
+
+#: Sent by the rescue (in the leader's process) for the attempts it ended
+#: because their worker died or they were stuck, whatever state that led to
+#: (``retryable``, ``discarded`` or ``canceled``).
+#:
+#: * ``sender``: None.
+#: * ``jobs``: list of ``JobRow`` as they were claimed (``attempt`` is the
+#:   rescued attempt's number), each with ``state`` set to its new state.
+jobs_rescued = Signal()
+
+#: Sent once a worker registered its client lease and is about to claim.
+#:
+#: * ``sender``: None.
+#: * ``worker``: the :class:`~django_hopper.worker.Worker` (its ``client_id``,
+#:   ``config.queues``, ``engine``, ``config.maintenance``).
+worker_started = Signal()
+
+#: Sent once a worker stopped and deleted its client lease.
+#:
+#: * ``sender``: None.
+#: * ``worker``: the :class:`~django_hopper.worker.Worker`.
+worker_stopped = Signal()

@@ -109,6 +109,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_hopper": {"handlers": ["console"], "level": "WARNING"}},
 }
+if os.environ.get("HOPPER_TEST_NO_LOGGING"):
+    # A project that leaves LOGGING alone: the worker installs its own console.
+    LOGGING = {"version": 1, "disable_existing_loggers": False}
 
 # Worker processes started by the runtime tests get short leases and intervals.
 HOPPER.update(__import__("json").loads(os.environ.get("HOPPER_TEST_OVERRIDES", "{}")))

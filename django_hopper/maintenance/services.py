@@ -122,6 +122,15 @@ class Rescuer(Service):
             if (f.id, f.fence) in done and f.state in ("canceled", "discarded")
         ]
         announce_endings(ended)
+        if signals.jobs_rescued.receivers:
+            signals.send_logged(
+                signals.jobs_rescued,
+                jobs=[
+                    dataclasses.replace(c.job, state=f.state)
+                    for c, f in zip(candidates, finals, strict=True)
+                    if (f.id, f.fence) in done
+                ],
+            )
         for c, f in zip(candidates, finals, strict=True):
             if (f.id, f.fence) in done:
                 logger.warning(

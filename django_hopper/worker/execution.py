@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import queue
 import threading
 import time
@@ -495,7 +496,8 @@ def _error_outcome(ex: Execution, exc: BaseException) -> JobFinalize:
     if ctx.cancelled:
         return canceled(job, ctx.log_text())
     message, trace = _format(exc)
-    ex.log.info("attempt failed: %s", message)
+    if ex.log.isEnabledFor(logging.DEBUG):
+        ex.log.debug("attempt failed: %s", message)
     return failed(job, message, trace, ctx.log_text())
 
 

@@ -59,7 +59,9 @@ class Supervisor:
         return env
 
     def _start(self, slot: int) -> None:
-        proc = subprocess.Popen(self.command, env=self._env())
+        env = self._env()
+        env["HOPPER_WORKER_SLOT"] = str(slot)  # e.g. each child's metrics port
+        proc = subprocess.Popen(self.command, env=env)
         self.children[slot] = proc
         logger.info("started worker process %d (pid %d)", slot, proc.pid)
 

@@ -28,6 +28,7 @@ from importlib import import_module
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from django_hopper import signals
 from django_hopper.conf import hopper_settings
 from django_hopper.context import JobContext
 from django_hopper.engine.params import (
@@ -533,7 +534,7 @@ class Worker:
         try:
             fn = resolve(job.kind)
         except UnknownJobKind as exc:
-            execution.job_logger(job).error("discarded: %s", exc)
+            execution.job_logger(job).debug("discarded: %s", exc)
             result = execution.unknown_kind(job, str(exc))
             execution.send_signal(
                 "job_finished", None, job=job, state=result.state, error=exc, output=None
@@ -547,8 +548,11 @@ class Worker:
             ):
                 raise  # a real Ctrl-C of a worker run without its signal handlers
             message, trace = execution._format(exc)
-            execution.job_logger(job).error("could not import the job: %s", message)
-            self.completer.add(job, execution.failed(job, f"import failed: {message}", trace))
+            result = execution.failed(job, f"import failed: {message}", trace)
+            execution.send_signal(
+                "job_finished", None, job=job, state=result.state, error=exc, output=None
+            )
+            self.completer.add(job, result)
             producer.release()
             return
         timeout = fn.timeout if fn.timeout is not None else float(hopper_settings.JOB_TIMEOUT)
@@ -591,7 +595,7 @@ class Worker:
             ]
         for ex in overdue:
             if ex.settle():
-                ex.log.warning("timed out after %gs", ex.timeout)
+                ex.log.debug("timed out after %gs", ex.timeout)
                 ex.context.cancel()
                 result = execution.timed_out(ex.job, ex.timeout or 0, ex.context.log_text())
                 execution.send_signal(
@@ -628,11 +632,8 @@ class Worker:
         if self.config.run_jobs:
             self.executor.start()
         self._started = True
-        logger.info(
-            "worker started as client %s (queues %s)",
-            self.client_id,
-            ", ".join(f"{q}:{c}" for q, c in self.config.queues.items()) or "none",
-        )
+        # The start line is the console's (django_hopper.observability.console).
+        signals.send_logged(signals.worker_started, worker=self)
         # Polling because a transaction pooler leaves no session to LISTEN on is
         # said at WARNING: wake-ups then wait up to a poll interval.
         listens = session_alias(self.engine.alias) is not None
@@ -843,4 +844,4 @@ class Worker:
         # that thread is inside a transaction of its own.
         if not self.engine.connection.in_atomic_block:
             close_thread_connections()
-        logger.info("worker (client %s) stopped", self.client_id)
+        signals.send_logged(signals.worker_stopped, worker=self)

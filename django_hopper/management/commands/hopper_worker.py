@@ -73,6 +73,11 @@ class Command(BaseCommand):
             help="Do not take part in leader election (run hopper_maintain elsewhere).",
         )
         parser.add_argument(
+            "--log-format",
+            choices=("text", "json"),
+            help="Console lines as text or one JSON object per line (HOPPER['LOG_FORMAT']).",
+        )
+        parser.add_argument(
             "--database",
             help=(
                 "Database alias whose jobs to run (default HOPPER['DATABASE']), e.g. the "
@@ -83,10 +88,21 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from django_hopper.conf import hopper_settings
         from django_hopper.engine import get_engine
+        from django_hopper.observability import console
         from django_hopper.worker import Worker, WorkerConfig
         from django_hopper.worker.supervisor import Supervisor
 
-        _configure_logging(int(options.get("verbosity", 1)))
+        verbosity = int(options.get("verbosity", 1))
+        log_format = options.get("log_format") or str(hopper_settings.LOG_FORMAT)
+        processes = options["processes"]
+        if processes < 1:
+            raise CommandError("--processes must be at least 1")
+        total = os.environ.get(PROCESSES_ENV, "")
+        console.configure(
+            verbosity,
+            log_format,
+            processes=int(total) if total.isdigit() else 1,
+        )
         if options["queues"]:
             queues = parse_queues(options["queues"], options["concurrency"])
         else:
@@ -100,11 +116,10 @@ class Command(BaseCommand):
 
         if alias not in connections.settings:
             raise CommandError(f"--database: {alias!r} is not in DATABASES")
-        processes = options["processes"]
-        if processes < 1:
-            raise CommandError("--processes must be at least 1")
         if processes > 1:
-            argv = ["--queues", ",".join(f"{q}:{c}" for q, c in queues.items())]
+            # The children's system checks ran here already: print them once.
+            argv = ["--skip-checks", "--queues", ",".join(f"{q}:{c}" for q, c in queues.items())]
+            argv += ["--log-format", log_format]
             if options["burst"]:
                 argv.append("--burst")
             if options["shutdown_timeout"] is not None:
@@ -116,6 +131,7 @@ class Command(BaseCommand):
             if options.get("settings"):
                 argv += ["--settings", options["settings"]]
             argv += ["--verbosity", str(options.get("verbosity", 1))]
+            os.environ[PROCESSES_ENV] = str(processes)
             code = Supervisor(processes, argv, burst=options["burst"]).run()
             if code:
                 raise CommandError(f"worker processes exited with status {code}", returncode=code)
@@ -144,6 +160,10 @@ class Command(BaseCommand):
 
 #: Set by the supervisor in its children's environment: the supervisor's PID.
 SUPERVISOR_ENV = "HOPPER_SUPERVISOR_PID"
+#: Set by the supervisor in each child's environment: the child's slot (0..N-1).
+SLOT_ENV = "HOPPER_WORKER_SLOT"
+#: Set for the children of a supervisor: how many worker processes it runs.
+PROCESSES_ENV = "HOPPER_WORKER_PROCESSES"
 
 
 def follow_supervisor(worker: Worker, supervisor_pid: int) -> None:
@@ -190,10 +210,3 @@ def follow_supervisor(worker: Worker, supervisor_pid: int) -> None:
                 return
 
     threading.Thread(target=watch, name="hopper-supervisor-watch", daemon=True).start()
-
-
-def _configure_logging(verbosity: int) -> None:
-    """Show the runtime's INFO lines at verbosity >= 2 (WARNING otherwise), unless configured."""
-    log = logging.getLogger("django_hopper")
-    if verbosity >= 2 and log.getEffectiveLevel() > logging.INFO:
-        log.setLevel(logging.INFO if verbosity == 2 else logging.DEBUG)

@@ -1,0 +1,186 @@
+"""Watching hopper: console lines, OpenTelemetry traces and metrics, Prometheus.
+
+Everything here is built on the signals of :mod:`django_hopper.signals`, the
+hooks a project has too. One pair of receivers per signal fans out to the
+*sinks* that are on in this process (:class:`Sink` subclasses): the worker's
+console lines (:mod:`.console`), tracing (:mod:`.tracing`), OpenTelemetry
+metrics and Prometheus (:mod:`.metrics`). A receiver is connected only while
+some sink wants its signal, so a process where nothing watches pays nothing
+per job: the senders skip a signal without receivers.
+
+Tracing and metrics turn on by themselves when their packages are installed
+(``django-hopper[otel]``, ``django-hopper[prometheus]``); ``HOPPER["TRACING"]``
+and ``HOPPER["METRICS"]`` set to False turn them off.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from django_hopper import signals
+
+if TYPE_CHECKING:
+    from django.dispatch import Signal
+
+    from django_hopper.engine.base import JobInsertParams, JobRow
+    from django_hopper.worker import Worker
+
+__all__ = ["Sink", "add_sink", "remove_sink", "setup", "sinks"]
+
+
+class Sink:
+    """Something that watches jobs; override the events you want.
+
+    ``wants`` names the events a sink handles; the hub connects a signal's
+    receiver only while a sink wants it. Methods run inside the sender (a job
+    thread, the enqueuing request): keep them cheap. An exception is logged
+    and never reaches the job.
+    """
+
+    #: The events this sink handles (names of the methods below).
+    wants: frozenset[str] = frozenset()
+
+    def enqueuing(self, sender: Any, params: Sequence[JobInsertParams]) -> Mapping[str, Any] | None:
+        """Return metadata to store with every job about to be inserted, or None."""
+        return None
+
+    def enqueued(self, sender: Any, jobs: Sequence[JobRow], duplicates: Sequence[JobRow]) -> None:
+        """Handle jobs just inserted (inside the caller's transaction)."""
+
+    def started(self, job: JobRow) -> None:
+        """Handle an attempt about to run, in the thread (or task) that runs it."""
+
+    def finished(
+        self, job: JobRow, state: str, error: BaseException | str | None, duration: float | None
+    ) -> None:
+        """Handle an attempt's result; ``duration`` in seconds (None if its start was unseen)."""
+
+    def ended(self, jobs: Sequence[JobRow]) -> None:
+        """Handle jobs ended outside any attempt (expiry, rescue, cancel of a waiting job)."""
+
+    def rescued(self, jobs: Sequence[JobRow]) -> None:
+        """Handle attempts the rescue took back (``state`` is what they became)."""
+
+    def worker_started(self, worker: Worker) -> None:
+        """Handle a worker that registered and is about to claim."""
+
+    def worker_stopped(self, worker: Worker) -> None:
+        """Handle a worker that stopped."""
+
+
+_lock = threading.Lock()
+_sinks: list[Sink] = []
+#: Attempt start times (perf_counter) by (job ID, fence), for durations.
+_starts: dict[tuple[Any, int], float] = {}
+
+
+def sinks() -> list[Sink]:
+    """Return the sinks on in this process."""
+    return list(_sinks)
+
+
+def _call(method: str, *args: Any) -> list[Any]:
+    out = []
+    for sink in _sinks:
+        if method in sink.wants:
+            try:
+                out.append(getattr(sink, method)(*args))
+            except Exception:
+                import logging
+
+                logging.getLogger("django_hopper.observability").exception(
+                    "%s.%s failed", type(sink).__name__, method
+                )
+    return out
+
+
+def _on_enqueuing(sender: Any, params: Sequence[JobInsertParams], **kwargs: Any) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for extra in _call("enqueuing", sender, params):
+        if extra:
+            merged.update(extra)
+    return merged
+
+
+def _on_enqueued(
+    sender: Any, jobs: Sequence[JobRow], duplicates: Sequence[JobRow] = (), **kwargs: Any
+) -> None:
+    _call("enqueued", sender, jobs, duplicates)
+
+
+def _on_started(sender: Any, job: JobRow, **kwargs: Any) -> None:
+    _starts[(job.id, job.fence)] = time.perf_counter()
+    _call("started", job)
+
+
+def _on_finished(
+    sender: Any,
+    job: JobRow,
+    state: str,
+    error: BaseException | str | None = None,
+    **kwargs: Any,
+) -> None:
+    start = _starts.pop((job.id, job.fence), None)
+    _call("finished", job, state, error, None if start is None else time.perf_counter() - start)
+
+
+def _on_ended(sender: Any, jobs: Sequence[JobRow], **kwargs: Any) -> None:
+    _call("ended", jobs)
+
+
+def _on_rescued(sender: Any, jobs: Sequence[JobRow], **kwargs: Any) -> None:
+    _call("rescued", jobs)
+
+
+def _on_worker_started(sender: Any, worker: Worker, **kwargs: Any) -> None:
+    _call("worker_started", worker)
+
+
+def _on_worker_stopped(sender: Any, worker: Worker, **kwargs: Any) -> None:
+    _call("worker_stopped", worker)
+
+
+#: Event name -> (signal, receiver). ``finished`` needs ``started`` for durations
+#: only; a sink that wants durations wants ``started`` too.
+_RECEIVERS: dict[str, tuple[Signal, Any]] = {
+    "enqueuing": (signals.job_enqueuing, _on_enqueuing),
+    "enqueued": (signals.job_enqueued, _on_enqueued),
+    "started": (signals.job_started, _on_started),
+    "finished": (signals.job_finished, _on_finished),
+    "ended": (signals.jobs_ended, _on_ended),
+    "rescued": (signals.jobs_rescued, _on_rescued),
+    "worker_started": (signals.worker_started, _on_worker_started),
+    "worker_stopped": (signals.worker_stopped, _on_worker_stopped),
+}
+
+
+def _rewire() -> None:
+    wanted = set().union(*(s.wants for s in _sinks)) if _sinks else set()
+    for event, (signal, receiver) in _RECEIVERS.items():
+        uid = f"django_hopper.observability.{event}"
+        if event in wanted:
+            signal.connect(receiver, dispatch_uid=uid, weak=False)
+        else:
+            signal.disconnect(dispatch_uid=uid)
+    if "started" not in wanted:
+        _starts.clear()
+
+
+def add_sink(sink: Sink) -> Sink:
+    """Turn a sink on in this process (idempotent per sink object)."""
+    with _lock:
+        if sink not in _sinks:
+            _sinks.append(sink)
+            _rewire()
+    return sink
+
+
+def remove_sink(sink: Sink) -> None:
+    """Turn a sink off."""
+    with _lock:
+        if sink in _sinks:
+            _sinks.remove(sink)
+            _rewire()
