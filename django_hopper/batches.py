@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+from django_hopper import signals
 from django_hopper.exceptions import InvalidJob, NotFound
 
 if TYPE_CHECKING:
@@ -168,7 +169,12 @@ class Batch:
                 )
             )
             params = [dataclasses.replace(p, batch_id=batch_id) for p in self._calls]
+            params = signals.enqueuing(None, params)
             results = engine.job_insert_many(params, JobInsertOpts(notify=True))
+            if signals.job_enqueued.receivers:
+                signals.job_enqueued.send(
+                    sender=None, jobs=[r.job for r in results if not r.duplicate], duplicates=[]
+                )
         handles = [JobHandle(r.job, alias=engine.alias) for r in results]
         return BatchHandle(batch_id, handles, alias=engine.alias)
 

@@ -576,6 +576,7 @@ def _insert(entries: Sequence[_Entry]) -> list[JobHandle]:
     """
     from django.db import transaction
 
+    from django_hopper import signals
     from django_hopper.engine import get_engine
     from django_hopper.engine.params import JobInsertOpts, JobInsertResult
     from django_hopper.signals import job_enqueued
@@ -615,6 +616,11 @@ def _insert(entries: Sequence[_Entry]) -> list[JobHandle]:
         if group
     ]
     params = [p for _, p in entries]
+    if signals.job_enqueuing.receivers:
+        senders = {id(fn): fn for fn, _ in entries}
+        params = signals.enqueuing(
+            next(iter(senders.values())) if len(senders) == 1 else None, params
+        )
     results: list[JobInsertResult | None] = [None] * len(entries)
     if len(groups) == 1:
         group, insert, opts = groups[0]

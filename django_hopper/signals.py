@@ -25,6 +25,7 @@ its own metrics by connecting receivers the same way (docs/observability.md).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -47,24 +48,45 @@ def send_logged(signal: Signal, sender: Any = None, **kwargs: Any) -> None:
             logger.error("a signal receiver %r failed: %s", receiver, outcome)
 
 
+def enqueuing(sender: Any, params: list[Any]) -> list[Any]:
+    """Send ``job_enqueuing`` for jobs about to be inserted; return their params.
+
+    The mappings receivers return are merged into each job's metadata (a copy:
+    the caller's params are left alone). Free when nothing listens.
+    """
+    if not job_enqueuing.receivers:
+        return params
+    extra: dict[str, Any] = {}
+    for receiver, outcome in job_enqueuing.send_robust(sender=sender, params=params):
+        if isinstance(outcome, Exception):
+            logger.error("a signal receiver %r failed: %s", receiver, outcome)
+        elif isinstance(outcome, dict):
+            extra.update(outcome)
+    if not extra:
+        return params
+    return [dataclasses.replace(p, metadata={**(p.metadata or {}), **extra}) for p in params]
+
+
 #: Sent before ``enqueue`` / ``enqueue_many`` / ``Workflow.enqueue`` /
 #: ``Batch.enqueue`` insert jobs, in the caller's thread and context.
 #:
 #: * ``sender``: the :class:`~django_hopper.jobs.JobFunction` that enqueues
 #:   (``None`` for a workflow or batch of several functions).
-#: * ``params``: list of :class:`~django_hopper.engine.base.JobInsertParams`
+#: * ``params``: list of :class:`~django_hopper.engine.params.JobInsertParams`
 #:   about to be inserted (read them; do not change them).
 #:
 #: A receiver may return a ``dict`` of JSON values: its keys are merged into
 #: the ``metadata`` of every job of the call. Sent only when someone listens.
 job_enqueuing = Signal()
 
-#: Sent after ``enqueue`` / ``enqueue_many`` inserted jobs.
+#: Sent after ``enqueue`` / ``enqueue_many`` / ``Workflow.enqueue`` /
+#: ``Batch.enqueue`` inserted jobs.
 #:
 #: * ``sender``: the :class:`~django_hopper.jobs.JobFunction` that enqueued
-#:   (a ``using(...)`` copy is its own sender). ``django_hopper.enqueue_many``
-#:   and ``fn.enqueue_many`` with prepared jobs send once per distinct job
-#:   function among their items, each with that function's jobs.
+#:   (a ``using(...)`` copy is its own sender; None for a workflow or batch).
+#:   ``django_hopper.enqueue_many`` and ``fn.enqueue_many`` with prepared jobs
+#:   send once per distinct job function among their items, each with that
+#:   function's jobs.
 #: * ``jobs``: list of :class:`~django_hopper.types.JobRow`, the jobs
 #:   inserted by this call, as inserted.
 #: * ``duplicates``: list of ``JobRow``, existing jobs returned instead of

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from django_hopper import signals
 from django_hopper.batches import call_params, contract
 from django_hopper.exceptions import InvalidJob, NotFound
 
@@ -206,7 +207,7 @@ class Workflow:
         result = contract(engine).workflow_insert(
             WorkflowInsertParams(
                 name=self.name,
-                jobs=[n.params for n in self.nodes],
+                jobs=signals.enqueuing(None, [n.params for n in self.nodes]),
                 steps=[n.step or "" for n in self.nodes] if self._steps else (),
                 deps=[
                     JobDependency(job=n.index, depends_on=d, on_failure=policy, reads=reads)
@@ -220,6 +221,10 @@ class Workflow:
                 notify=True,
             )
         )
+        if signals.job_enqueued.receivers:
+            signals.job_enqueued.send(
+                sender=None, jobs=[r.job for r in result.jobs if not r.duplicate], duplicates=[]
+            )
         handles = [JobHandle(r.job, alias=engine.alias) for r in result.jobs]
         steps = {n.step: handles[n.index] for n in self.nodes if n.step}
         return WorkflowHandle(result.id, handles, steps, engine.alias)

@@ -25,7 +25,8 @@ from django_hopper import signals
 if TYPE_CHECKING:
     from django.dispatch import Signal
 
-    from django_hopper.engine.base import JobInsertParams, JobRow
+    from django_hopper.engine.params import JobInsertParams
+    from django_hopper.types import JobRow
     from django_hopper.worker import Worker
 
 __all__ = ["Sink", "add_sink", "remove_sink", "setup", "sinks"]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from django_hopper.observability import Sink
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import JobRow
+    from django_hopper.types import JobRow
     from django_hopper.worker import Worker
 
 job_logger = logging.getLogger("django_hopper.job")
