@@ -94,6 +94,8 @@ class RescueReason(Vocabulary):
     TTL_EXPIRED = "ttl_expired"
     CANCELED = "canceled"
     DEPENDENCY_FAILED = "dependency_failed"
+    #: The job's stored values do not decode (JobRow.decode_error), so it could not run.
+    UNDECODABLE = "undecodable"
 
 
 class DependencyFailure(Vocabulary):
@@ -380,6 +382,11 @@ class JobRow:
     dependencies: list[Dependency] | None = None
     #: The job's step name within its workflow, or None.
     step: str | None = None
+    #: Why stored values of this row do not decode (``"progress: expected a JSON
+    #: object, not a list"``), or None. The fields it names read as their empty
+    #: value; a claim fails such a job's attempt instead of running it
+    #: (docs/engine-semantics.md, "Values that do not decode").
+    decode_error: str | None = None
 
     @property
     def is_live(self) -> bool:

@@ -11,6 +11,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from django.db import connection
+
 from django_hopper.engine.base import BaseEngine, Listener
 from django_hopper.engine.params import (
     ClientRegisterParams,
@@ -118,3 +120,14 @@ def receive(listener: Listener, count: int, timeout: float = 5.0) -> list[Notifi
             break
         got.extend(listener.next(min(left, 0.5)))
     return got
+
+
+def store_raw(job_id: Any, column: str, text: str | None, *, json: bool = True) -> None:
+    """Overwrite one stored value of a job, live or in history, as a hand-edited
+    row or a foreign writer would (JSON columns take JSON text)."""
+    sqlite = connection.vendor == "sqlite"
+    key = job_id.hex if sqlite else job_id
+    cast = "::jsonb" if json and not sqlite else ""
+    with connection.cursor() as c:
+        for table in ("hopper_job", "hopper_job_history"):
+            c.execute(f"UPDATE {table} SET {column} = %s{cast} WHERE id = %s", [text, key])

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_hopper import validation
+from django_hopper.engine import decode
+from django_hopper.engine.decode import Codec
 from django_hopper.engine.params import JobFinalize, JobInsertParams
-from django_hopper.engine.queries import COL
 from django_hopper.engine.rules import check_batch_job
 from django_hopper.exceptions import InvalidJob
 from django_hopper.ids import new_ids
@@ -27,7 +28,6 @@ from django_hopper.types import (
     AttemptLog,
     ClientRow,
     JobRow,
-    Progress,
     QueueLimits,
     QueueRow,
 )
@@ -57,41 +57,12 @@ def dump_json(value: Any, field: str) -> str:
         raise InvalidJob(f"{field} must be JSON-serializable: {exc}", field=field) from None
 
 
+_CODEC = Codec(json=load_json)
+
+
 def job_from_row(r: Sequence[Any]) -> JobRow:
-    """Build a JobRow from a row of :data:`JOB_COLUMNS`."""
-    errors = load_json(r[COL.errors])
-    progress = r[COL.progress]
-    return JobRow(
-        id=r[COL.id],
-        kind=r[COL.kind],
-        queue=r[COL.queue],
-        state=r[COL.state],
-        priority=r[COL.priority],
-        attempt=r[COL.attempt],
-        max_attempts=r[COL.max_attempts],
-        scheduled_at=r[COL.scheduled_at],
-        created_at=r[COL.created_at],
-        args=load_json(r[COL.args]),
-        metadata=load_json(r[COL.metadata]),
-        errors=[AttemptError.from_json(e) for e in errors] if errors else [],
-        attempted_at=r[COL.attempted_at],
-        attempted_by=r[COL.attempted_by],
-        fence=r[COL.fence],
-        unique_key=r[COL.unique_key],
-        ordering_key=r[COL.ordering_key],
-        partition_key=r[COL.partition_key],
-        tags=load_json(r[COL.tags]) or [],
-        batch_id=r[COL.batch_id],
-        expires_at=r[COL.expires_at],
-        cancel_requested_at=r[COL.cancel_requested_at],
-        lease_expires_at=r[COL.lease_expires_at],
-        awaited=r[COL.awaited],
-        snooze_reason=r[COL.snooze_reason] if r[COL.state] == "scheduled" else None,
-        progress=Progress.from_json(load_json(progress)) if progress is not None else None,
-        finalized_at=r[COL.finalized_at],
-        output=load_json(r[COL.output]),
-        step=r[COL.step],
-    )
+    """Build a JobRow from a row of JOB_COLUMNS (tolerantly: engine/decode.py)."""
+    return decode.job_from_row(r, _CODEC)
 
 
 def log_from_row(r: Sequence[Any]) -> AttemptLog:

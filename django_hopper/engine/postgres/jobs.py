@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import transaction
 
+from django_hopper.engine.decode import runnable
 from django_hopper.engine.params import (
     JobCancelParams,
     JobClaimParams,
@@ -342,7 +343,8 @@ class JobsMixin(PostgresSupport):
             prepare=True,
             generic_plan=params.limit > _LITERAL_LIMIT_MAX,
         )  # fmt: skip
-        return JobClaimResult(jobs=attach_dependencies(self, [job_from_row(row) for row in rows]))
+        jobs = runnable(self, params, [job_from_row(row) for row in rows])
+        return JobClaimResult(jobs=attach_dependencies(self, jobs))
 
     def job_schedule(self, params: JobScheduleParams) -> int:
         """Promote due scheduled and retryable jobs and wake their queues' workers."""

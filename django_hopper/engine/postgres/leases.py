@@ -9,6 +9,7 @@ dependents and done notifications follow the one path every result takes.
 from __future__ import annotations
 
 from django_hopper.engine.base import LeaseStepContract
+from django_hopper.engine.decode import refuse_undecodable_lease
 from django_hopper.engine.params import (
     JobClaimByIDParams,
     JobExpireLeasesParams,
@@ -43,7 +44,9 @@ class LeasesMixin(PostgresSupport, LeaseStepContract):
         if row is None or row[0] != "claimed":
             raise claim_by_id_refusal(row[0] if row else "not_found", params.id)
         job = job_from_row(row[1 : 1 + JOB_WIDTH])
-        token, expires_at = row[1 + 25], row[1 + 26]
+        token, expires_at = row[1 + COL.lease_token], row[1 + COL.lease_expires_at]
+        if job.decode_error is not None:
+            raise refuse_undecodable_lease(self, job, token, params.now)
         job = attach_dependencies(self, [job])[0]
         return JobLeaseRow(job=job, lease=LeaseFence(token, job.fence), expires_at=expires_at)
 

@@ -8,6 +8,7 @@ import datetime as dt
 from django_hopper import validation
 from django_hopper.engine import limits as rules
 from django_hopper.engine.base import QueueControlsContract
+from django_hopper.engine.decode import runnable
 from django_hopper.engine.params import (
     JobAgeParams,
     JobClaimParams,
@@ -92,7 +93,8 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
                     "job_claim.spend",
                     {"queue": queue, "tokens": rules.spend(plan, len(rows)), "at": state.now},
                 )
-        return JobClaimResult(jobs=attach_dependencies(self, [job_from_row(r) for r in rows]))
+        jobs = runnable(self, params, [job_from_row(r) for r in rows])
+        return JobClaimResult(jobs=attach_dependencies(self, jobs))
 
     # -- ordering keys and aging ----------------------------------------------
 

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, overload
 
-from django_hopper.engine.queries import COL
+from django_hopper.engine import decode
+from django_hopper.engine.decode import Codec
 from django_hopper.exceptions import InvalidJob
-from django_hopper.types import AttemptError, JobRow, Progress
+from django_hopper.types import JobRow
 
 UTC = dt.UTC
 _raw_decode = json.JSONDecoder().raw_decode
@@ -89,43 +90,39 @@ def uuid_or_none(value: str | None) -> uuid.UUID | None:
     return None if value is None else _UUID(value)
 
 
+_CODEC = Codec(json=_loads, time=from_db_time, uuid=_UUID)
+
+
 def job_from_row(r: Sequence[Any]) -> JobRow:
-    """Build a JobRow from a row of :data:`~django_hopper.engine.queries.JOB_COLUMNS`."""
-    tm = from_db_time
-    errors = r[COL.errors]
-    progress = r[COL.progress]
-    output = r[COL.output]
-    return JobRow(
-        id=_UUID(r[COL.id]),
-        kind=r[COL.kind],
-        queue=r[COL.queue],
-        state=r[COL.state],
-        priority=r[COL.priority],
-        attempt=r[COL.attempt],
-        max_attempts=r[COL.max_attempts],
-        scheduled_at=tm(r[COL.scheduled_at]),
-        attempted_at=tm(r[COL.attempted_at]),
-        attempted_by=r[COL.attempted_by],
-        fence=r[COL.fence],
-        args=_loads(r[COL.args]),
-        metadata=_loads(r[COL.metadata]),
-        errors=[AttemptError.from_json(e) for e in _loads(errors)] if errors != "[]" else [],
-        unique_key=r[COL.unique_key],
-        ordering_key=r[COL.ordering_key],
-        partition_key=r[COL.partition_key],
-        tags=_loads(r[COL.tags]),
-        batch_id=None if r[COL.batch_id] is None else _UUID(r[COL.batch_id]),
-        expires_at=tm(r[COL.expires_at]),
-        cancel_requested_at=tm(r[COL.cancel_requested_at]),
-        awaited=bool(r[COL.awaited]),
-        created_at=tm(r[COL.created_at]),
-        snooze_reason=r[COL.snooze_reason],
-        progress=Progress.from_json(_loads(progress)) if progress is not None else None,
-        lease_expires_at=tm(r[COL.lease_expires_at]),
-        finalized_at=tm(r[COL.finalized_at]),
-        output=_loads(output) if output is not None else None,
-        step=r[COL.step],
-    )
+    """Build a JobRow from a row of JOB_COLUMNS (tolerantly: engine/decode.py)."""
+    return decode.job_from_row(r, _CODEC)
+
+
+# ---------------------------------------------------------------------------
+# Appending to a job's errors, registered as an SQL function
+
+
+def sql_json_append(doc: str | None, item: str | None) -> str | None:
+    """Append the JSON ``item`` to the stored JSON list ``doc``, as PostgreSQL's
+    ``errors || jsonb_build_array(item)`` does, without failing on a bad ``doc``.
+
+    A list gets the item at its end; any other valid JSON value becomes the
+    first element of a list, and text that is not JSON its first element as a
+    string, so recording an attempt's error never fails because an earlier
+    value does not decode (the evidence is kept, the row reports it).
+    """
+    if item is None:
+        return doc
+    entry = json.loads(item)
+    if doc is None:
+        return _encode([entry])
+    try:
+        value = _loads(doc)
+    except ValueError:
+        value = doc
+    if isinstance(value, list):
+        return _encode([*value, entry])
+    return _encode([value, entry])
 
 
 # ---------------------------------------------------------------------------
@@ -170,4 +167,8 @@ def sql_json_contains(doc: str | None, pattern: str | None) -> int | None:
     """Adapt json_contains to an SQL function of two JSON texts (NULL-propagating)."""
     if doc is None or pattern is None:
         return None
-    return int(json_contains(_loads(doc), _pattern(pattern)))
+    try:
+        value = _loads(doc)
+    except ValueError:
+        return 0  # a stored value that is not JSON contains nothing; the read goes on
+    return int(json_contains(value, _pattern(pattern)))

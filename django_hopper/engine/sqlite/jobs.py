@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import OperationalError
 
+from django_hopper.engine.decode import runnable
 from django_hopper.engine.params import (
     JobCancelParams,
     JobClaimParams,
@@ -328,6 +329,7 @@ class JobsMixin(SQLiteSupport):
             c.execute(Q["job_claim"], args)
             jobs = [job_from_row(r) for r in c.fetchall()]
         jobs.sort(key=_claim_key)
+        jobs = runnable(self, params, jobs)
         if any(j.batch_id is not None for j in jobs):
             from django_hopper.engine.sqlite.workflows import attach_dependencies
 

@@ -15,6 +15,7 @@ import datetime as dt
 import uuid
 
 from django_hopper.engine.base import LeaseStepContract
+from django_hopper.engine.decode import refuse_undecodable_lease
 from django_hopper.engine.params import (
     JobClaimByIDParams,
     JobExpireLeasesParams,
@@ -59,6 +60,9 @@ class LeasesMixin(SQLiteSupport, LeaseStepContract):
         if row is None:
             raise claim_by_id_refusal(status, params.id)
         job = job_from_row(row)
+        if job.decode_error is not None:
+            token = uuid.UUID(row[COL.lease_token])
+            raise refuse_undecodable_lease(self, job, token, params.now)
         if job.batch_id is not None:
             from django_hopper.engine.sqlite.workflows import attach_dependencies
 

@@ -14,6 +14,7 @@ from typing import Any
 from django_hopper import validation
 from django_hopper.engine import limits as rules
 from django_hopper.engine.base import QueueControlsContract
+from django_hopper.engine.decode import runnable
 from django_hopper.engine.params import (
     JobAgeParams,
     JobClaimParams,
@@ -113,6 +114,7 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
                     {"queue": queue, "tokens": rules.spend(plan, len(jobs)), "at": now_s},
                 )
         jobs.sort(key=_claim_key)
+        jobs = runnable(self, params, jobs)
         if any(j.batch_id is not None for j in jobs):
             from django_hopper.engine.sqlite.workflows import attach_dependencies
 

@@ -19,7 +19,7 @@ from django.db.backends.signals import connection_created
 from django_hopper.engine import topics
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.queries import load
-from django_hopper.engine.sqlite.convert import db_time, sql_json_contains
+from django_hopper.engine.sqlite.convert import db_time, sql_json_append, sql_json_contains
 from django_hopper.exceptions import (
     DatabaseError,
     DatabaseUnavailable,
@@ -53,6 +53,7 @@ _CHECK_FIELDS = {
 _NOT_NULL = re.compile(r"NOT NULL constraint failed: \w+\.(\w+)")
 
 JSON_CONTAINS = "hopper_json_contains"
+JSON_APPEND = "hopper_json_append"
 TOPIC_MATCHES = "hopper_topic_matches"
 
 
@@ -64,6 +65,7 @@ def sql_topic_matches(pattern: str | None, topic: str | None) -> bool:
 def register_functions(raw: Any) -> None:
     """Register hopper's SQL functions on a raw sqlite3 connection."""
     raw.create_function(JSON_CONTAINS, 2, sql_json_contains, deterministic=True)
+    raw.create_function(JSON_APPEND, 2, sql_json_append, deterministic=True)
     raw.create_function(TOPIC_MATCHES, 2, sql_topic_matches, deterministic=True)
 
 

@@ -360,6 +360,7 @@ claimed AS (
         lease_expires_at = NULL,
         lease_renewed_at = NULL,
         metadata = CASE WHEN j.ordering_key IS NOT NULL AND j.metadata ? '_hopper_wake'
+                             AND jsonb_typeof(j.metadata) = 'object'
                         THEN j.metadata - '_hopper_wake' ELSE j.metadata END
     WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))
     RETURNING {job_columns:j}

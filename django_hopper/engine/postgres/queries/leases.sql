@@ -43,6 +43,7 @@ claimed AS (
         lease_renewed_at = c.now,
         lease_expires_at = c.now + %(ttl)s::interval,
         metadata = CASE WHEN j.ordering_key IS NOT NULL AND j.metadata ? '_hopper_wake'
+                             AND jsonb_typeof(j.metadata) = 'object'
                         THEN j.metadata - '_hopper_wake' ELSE j.metadata END
     FROM claimable k CROSS JOIN clock c
     WHERE j.id = k.id

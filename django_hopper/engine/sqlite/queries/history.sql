@@ -33,7 +33,9 @@ SELECT b.id
    AND NOT EXISTS (SELECT 1 FROM hopper_job j WHERE j.batch_id = b.id)
    AND NOT EXISTS (SELECT 1 FROM hopper_job_history h WHERE h.batch_id = b.id)
    AND NOT EXISTS (SELECT 1 FROM hopper_job j
-                    WHERE replace(json_extract(j.metadata, '$.batch_id'), '-', '') = b.id)
+                    WHERE replace(CASE WHEN json_valid(j.metadata)
+                                       THEN json_extract(j.metadata, '$.batch_id') END,
+                                  '-', '') = b.id)
  ORDER BY b.id
  LIMIT %(limit)s;
 

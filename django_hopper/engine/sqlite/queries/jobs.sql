@@ -16,6 +16,14 @@
 -- finalized_at and output of a live row.
 NULL AS finalized_at, NULL AS output
 
+-- fragment: wake_marked
+-- Whether a job's metadata holds the ordering-key wake marker; metadata that is
+-- not valid JSON reads as unmarked instead of failing the statement.
+CASE WHEN json_valid(metadata) THEN json_extract(metadata, '$._hopper_wake') END IS NOT NULL
+
+-- fragment: wake_marked_j
+CASE WHEN json_valid(j.metadata) THEN json_extract(j.metadata, '$._hopper_wake') END IS NOT NULL
+
 
 -- name: job_insert_many
 -- %(rows)s: [id, kind, queue, state, priority, max_attempts, scheduled_at, args,
@@ -124,7 +132,7 @@ kwin AS (
            row_number() OVER (PARTITION BY w.ordering_key ORDER BY w.id) AS lane_pos
     FROM (SELECT id, priority, scheduled_at, ordering_key,
                  (state = 'available' OR scheduled_at <= %(now)s
-                  OR json_extract(metadata, '$._hopper_wake') IS NOT NULL)
+                  OR {wake_marked})
                  AND (expires_at IS NULL OR expires_at > %(now)s) AS claimable
           FROM hopper_job INDEXED BY hopper_job_keyed
           WHERE queue = %(queue)s AND ordering_key IS NOT NULL
@@ -186,7 +194,7 @@ cand AS (
         WHERE (j.state = 'available'
                OR (j.state IN ('scheduled', 'retryable')
                    AND (j.scheduled_at <= %(now)s
-                        OR json_extract(j.metadata, '$._hopper_wake') IS NOT NULL)))
+                        OR {wake_marked_j})))
           AND (j.expires_at IS NULL OR j.expires_at > %(now)s)
         ORDER BY j.priority DESC, j.scheduled_at, j.id
         LIMIT %(scan)s)),
@@ -214,7 +222,7 @@ SET state = 'running',
     lease_expires_at = NULL,
     lease_renewed_at = NULL,
     metadata = CASE WHEN ordering_key IS NOT NULL
-                         AND json_extract(metadata, '$._hopper_wake') IS NOT NULL
+                         AND {wake_marked}
                     THEN json_remove(metadata, '$._hopper_wake') ELSE metadata END
 WHERE id IN (SELECT id FROM picked)
 RETURNING {job_columns};
@@ -253,7 +261,7 @@ SELECT j.id, j.kind, j.queue,
        j.priority, j.attempt, j.max_attempts, j.scheduled_at, j.attempted_at,
        j.attempted_by, j.fence, j.args, j.metadata,
        CASE WHEN r.error IS NULL THEN j.errors
-            ELSE json_insert(j.errors, '$[#]', json(r.error)) END,
+            ELSE hopper_json_append(j.errors, r.error) END,
        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
        j.cancel_requested_at, j.awaited, j.created_at, NULL, j.progress, NULL, NULL, NULL,
        j.step, %(now)s, r.output
@@ -298,7 +306,7 @@ SET state = r.state,
     attempt = hopper_job.attempt - r.snooze,
     snooze_reason = CASE WHEN r.snooze AND r.state = 'scheduled' THEN r.snooze_reason END,
     errors = CASE WHEN r.error IS NULL THEN hopper_job.errors
-                  ELSE json_insert(hopper_job.errors, '$[#]', json(r.error)) END,
+                  ELSE hopper_json_append(hopper_job.errors, r.error) END,
     lease_token = NULL,
     lease_expires_at = NULL,
     lease_renewed_at = NULL
@@ -361,7 +369,8 @@ PRAGMA busy_timeout = {ms};
 UPDATE hopper_job
 SET progress = CASE WHEN %(keep_step)s
                     THEN json_set(%(progress)s, '$.step',
-                                  coalesce(json_extract(progress, '$.step'), ''))
+                                  coalesce(CASE WHEN json_valid(progress)
+                                           THEN json_extract(progress, '$.step') END, ''))
                     ELSE json(%(progress)s) END
 WHERE id = %(id)s
   AND state = 'running'
@@ -408,11 +417,12 @@ ORDER BY id;
   AND (%(ids)s IS NULL OR id IN (SELECT value FROM json_each(%(ids)s)))
   AND (%(priorities)s IS NULL OR priority IN (SELECT value FROM json_each(%(priorities)s)))
   AND (%(tags_any)s IS NULL OR EXISTS (
-        SELECT 1 FROM json_each(tags) AS t
+        SELECT 1 FROM json_each(CASE WHEN json_valid(tags) THEN tags ELSE '[]' END) AS t
         WHERE t.value IN (SELECT value FROM json_each(%(tags_any)s))))
   AND (%(tags_all)s IS NULL OR NOT EXISTS (
         SELECT 1 FROM json_each(%(tags_all)s) AS w
-        WHERE w.value NOT IN (SELECT value FROM json_each(tags))))
+        WHERE w.value NOT IN (SELECT value FROM json_each(
+            CASE WHEN json_valid(tags) THEN tags ELSE '[]' END))))
   AND (%(metadata)s IS NULL OR hopper_json_contains(metadata, %(metadata)s))
 
 -- name: job_list
@@ -439,7 +449,7 @@ LIMIT %(limit)s;
 INSERT INTO hopper_job_history ({job_columns_history})
 SELECT id, kind, queue, 'canceled', priority, attempt, max_attempts, scheduled_at,
        attempted_at, attempted_by, fence, args, metadata,
-       json_insert(errors, '$[#]', json_object('at', %(at)s, 'attempt', attempt,
+       hopper_json_append(errors, json_object('at', %(at)s, 'attempt', attempt,
                                                'error', 'canceled', 'rescue', 'canceled')),
        unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
        cancel_requested_at, awaited, created_at, NULL, progress, NULL, NULL, NULL,
@@ -513,7 +523,7 @@ SELECT 1 FROM hopper_job WHERE id = %(id)s;
 INSERT INTO hopper_job_history ({job_columns_history})
 SELECT id, kind, queue, 'discarded', priority, attempt, max_attempts, scheduled_at,
        attempted_at, attempted_by, fence, args, metadata,
-       json_insert(errors, '$[#]', json_object('at', %(at)s, 'attempt', attempt,
+       hopper_json_append(errors, json_object('at', %(at)s, 'attempt', attempt,
                                                'error', 'expired before it could run',
                                                'rescue', 'ttl_expired')),
        unique_key, ordering_key, partition_key, tags, batch_id, expires_at,

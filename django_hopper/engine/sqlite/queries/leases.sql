@@ -24,7 +24,7 @@ SET state = 'running',
     lease_renewed_at = %(now)s,
     lease_expires_at = %(expires_at)s,
     metadata = CASE WHEN ordering_key IS NOT NULL
-                         AND json_extract(metadata, '$._hopper_wake') IS NOT NULL
+                         AND {wake_marked}
                     THEN json_remove(metadata, '$._hopper_wake') ELSE metadata END
 WHERE id = %(id)s
   AND fence = %(fence)s

@@ -32,7 +32,9 @@ WHERE id IN (
 -- name: job_retry_ordering_key.mark
 -- A running job of the key: the claim takes it at once if it snoozes or retries.
 UPDATE hopper_job
-SET metadata = json_set(coalesce(metadata, '{}'), '$._hopper_wake', json('true'))
+SET metadata = CASE WHEN json_valid(metadata)
+                    THEN json_set(coalesce(metadata, '{}'), '$._hopper_wake', json('true'))
+                    ELSE metadata END
 WHERE queue = %(queue)s AND ordering_key = %(ordering_key)s AND state = 'running';
 
 -- name: job_age
