@@ -14,11 +14,11 @@ _LAZY = {
     # name -> module; the enqueue API
     "job": "django_hopper.jobs",
     "JobFunction": "django_hopper.jobs",
-    "JobHandle": "django_hopper.jobs",
+    "JobHandle": "django_hopper.handle",
     "PreparedJob": "django_hopper.jobs",
     "enqueue_many": "django_hopper.jobs",
     "aenqueue_many": "django_hopper.jobs",
-    "resolve": "django_hopper.jobs",
+    "resolve": "django_hopper.registry",
     # operator functions
     "get_job": "django_hopper.api",
     "cancel_job": "django_hopper.api",
@@ -109,14 +109,13 @@ if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
         retry_job,
     )
     from django_hopper.batches import Batch, get_batch
+    from django_hopper.handle import JobHandle
     from django_hopper.jobs import (
         JobFunction,
-        JobHandle,
         PreparedJob,
         aenqueue_many,
         enqueue_many,
         job,
-        resolve,
     )
     from django_hopper.pubsub import publish, subscribe
     from django_hopper.queues import (
@@ -127,6 +126,7 @@ if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
         set_queue_limits,
         stats,
     )
+    from django_hopper.registry import resolve
     from django_hopper.resumable import Pass, Run, resumable
     from django_hopper.streams import append, consume, read, seek
     from django_hopper.types import AttemptError, AttemptLog, JobRow, JobState, Progress

@@ -15,15 +15,22 @@ class HopperConfig(AppConfig):
         self._connect_tasks_backend()
 
     def _connect_tasks_backend(self) -> None:
-        """Import the Tasks backend when a TASKS entry uses it, so its receivers listen.
+        """Let the worker run ``@task`` functions, and the Tasks backend hear hopper's signals.
 
-        The leader's services and ``cancel_job`` announce the tasks they end
-        through ``jobs_ended``; the backend must be listening in every process
-        that can end one, not only where a task was enqueued or run. The
-        lower layers never import it themselves (imports point down).
+        ``registry.resolve`` asks ``tasks_compat.job_function_for`` for module
+        attributes that are not ``@job`` functions (a boolean test when the
+        Tasks API is not installed). The leader's services and ``cancel_job``
+        announce the tasks they end through ``jobs_ended``, so the backend
+        must be listening in every process that can end one, not only where a
+        task was enqueued or run: importing :mod:`django_hopper.tasks`
+        connects its receivers, when a ``TASKS`` entry uses it. The lower
+        layers never import it themselves (imports point down).
         """
         from django.conf import settings
 
+        from django_hopper import registry, tasks_compat
+
+        registry.register_resolver(tasks_compat.job_function_for)
         tasks = getattr(settings, "TASKS", None) or {}
         if not isinstance(tasks, dict):
             return
@@ -31,4 +38,4 @@ class HopperConfig(AppConfig):
             isinstance(cfg, dict) and str(cfg.get("BACKEND", "")).startswith("django_hopper.")
             for cfg in tasks.values()
         ):
-            from django_hopper import tasks_backend  # noqa: F401
+            import django_hopper.tasks  # noqa: F401

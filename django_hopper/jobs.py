@@ -1,4 +1,4 @@
-"""The enqueue API: the ``@job`` decorator, ``JobFunction`` and ``JobHandle``.
+"""The enqueue API: the ``@job`` decorator, ``JobFunction``, ``PreparedJob`` and ``enqueue_many``.
 
 In the spirit of Django's Tasks API::
 
@@ -10,7 +10,8 @@ In the spirit of Django's Tasks API::
         handle = send_welcome.enqueue(user_id=user.pk)  # commits or rolls back with the user
 
 A job's *kind* is its function's import path, so a worker finds the function
-by importing it (:func:`resolve`). Decorating touches neither the database nor
+by importing it (:func:`django_hopper.registry.resolve`; what ``enqueue``
+returns is a :class:`django_hopper.handle.JobHandle`). Decorating touches neither the database nor
 the settings, so ``@job`` works in any module, imported at any time; defaults
 that come from ``HOPPER`` (queue, max attempts) are read when a job is
 enqueued.
@@ -25,38 +26,33 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import inspect
-import threading
 import types
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from importlib import import_module
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeAlias, TypeVar, overload
 
 from django_hopper import validation
-from django_hopper.exceptions import InvalidJob, UnknownJobKind
+from django_hopper.exceptions import InvalidJob
+from django_hopper.handle import JobHandle
+from django_hopper.registry import (
+    UNKNOWN_KIND_PREFIX,
+    kind_of,
+    register,
+    register_resolver,
+    registry,
+    resolve,
+)
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine
     from django_hopper.engine.params import JobInsertParams
     from django_hopper.types import JobRow
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: Every ``@job`` function, by kind. Filled at decoration (importing a module
-#: registers its jobs); read by :func:`resolve`.
-registry: dict[str, JobFunction[Any, Any]] = {}
-_registry_lock = threading.Lock()
-
 #: One item of ``enqueue_many``: keyword arguments, or ``(args, kwargs)``.
 BatchItem = Mapping[str, Any] | tuple[Sequence[Any], Mapping[str, Any]]
 
 _UNSET: Any = object()
-
-
-def kind_of(func: Callable[..., Any]) -> str:
-    """Return the kind a function gets by default: its import path."""
-    return f"{func.__module__}.{func.__qualname__}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -663,128 +659,6 @@ def _rebuild(kind: str, overrides: dict[str, Any]) -> JobFunction[Any, Any]:
     return resolve(kind)._copy(changes, options)
 
 
-class JobHandle:
-    """What ``enqueue`` returns: the job's ID and the row as inserted.
-
-    ``duplicate`` is True when a job with the same unique key already existed;
-    ``id`` and ``job`` are then that job's. ``refresh()`` reads the job again
-    (live or history); a way to await the result can build on the stored alias
-    and ``refresh()``.
-    """
-
-    __slots__ = ("_alias", "duplicate", "job")
-
-    def __init__(self, job: JobRow, *, duplicate: bool = False, alias: str | None = None) -> None:
-        self.job = job
-        self.duplicate = duplicate
-        self._alias = alias
-
-    def __repr__(self) -> str:
-        dup = " duplicate" if self.duplicate else ""
-        return f"<JobHandle {self.kind} {self.id} {self.job.state}{dup}>"
-
-    @property
-    def id(self) -> uuid.UUID:
-        return self.job.id
-
-    @property
-    def kind(self) -> str:
-        return self.job.kind
-
-    def _engine(self) -> BaseEngine:
-        from django_hopper.engine import get_engine
-
-        return get_engine(self._alias)
-
-    def refresh(self) -> JobRow:
-        """Read the job again, update ``job`` and return it; NotFound if it was deleted.
-
-        Inside the enqueueing transaction it reads that transaction's view; a
-        job whose transaction rolled back is not found.
-        """
-        from django_hopper.exceptions import NotFound
-
-        row = self._engine().job_get(self.id)
-        if row is None:
-            raise NotFound(f"job {self.id} ({self.kind}) does not exist")
-        self.job = row
-        return row
-
-    async def arefresh(self) -> JobRow:
-        """Async twin of ``refresh``."""
-        from asgiref.sync import sync_to_async
-
-        return await sync_to_async(self.refresh)()
-
-    @property
-    def state(self) -> str:
-        """Return the job's current state (reads the database)."""
-        return self.refresh().state
-
-    def wait(self, timeout: float | None = None, *, poll_interval: float = 0.5) -> JobRow:
-        """Block until the job finishes; return it completed, with its output.
-
-        Raises JobFailed (with ``.job``) if it ends canceled or discarded, and
-        TimeoutError after ``timeout`` seconds. A job enqueued with
-        ``.using(awaited=True)`` wakes the waiter through the done notification
-        where the engine has them (``features.supports_listen``); otherwise, and
-        as a fallback, the job is polled every ``poll_interval`` seconds. Works
-        from any process. Call it outside the enqueueing transaction, which
-        must commit before a worker can see the job.
-        """
-        import time
-
-        from django_hopper.engine.base import Listener
-        from django_hopper.exceptions import HopperError, JobFailed, NotFound
-        from django_hopper.types import CHANNEL_DONE
-
-        engine = self._engine()
-        deadline = None if timeout is None else time.monotonic() + float(timeout)
-        listener: Listener | None = None
-        if engine.features.supports_listen and self.job.awaited:
-            try:
-                listener = engine.listener()
-                listener.listen([CHANNEL_DONE])
-            except HopperError:
-                listener = None  # poll instead
-        try:
-            while True:
-                try:
-                    row = self.refresh()
-                except NotFound:
-                    raise NotFound(
-                        f"job {self.id} ({self.kind}) is gone: deleted, or completed without "
-                        "a history row (archive off)"
-                    ) from None
-                if row.finalized_at is not None:
-                    if row.state == "completed":
-                        return row
-                    error = row.errors[-1].error if row.errors else ""
-                    raise JobFailed(f"job {self.id} ({self.kind}) {row.state}: {error}", job=row)
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"job {self.id} ({self.kind}) still {row.state}")
-                step = poll_interval if left is None else min(left, poll_interval)
-                if listener is not None:
-                    # The notification wakes us early; the poll is the fallback.
-                    listener.next(step * 10 if left is None else min(left, step * 10))
-                else:
-                    time.sleep(step)
-        finally:
-            if listener is not None:
-                listener.close()
-
-    async def await_result(
-        self, timeout: float | None = None, *, poll_interval: float = 0.5
-    ) -> JobRow:
-        """Async twin of ``wait`` (the wait runs in a worker thread)."""
-        from asgiref.sync import sync_to_async
-
-        return await sync_to_async(self.wait, thread_sensitive=False)(
-            timeout, poll_interval=poll_interval
-        )
-
-
 # ---------------------------------------------------------------------------
 # The decorator
 
@@ -863,7 +737,7 @@ def job(
             takes_context=takes_context,
             archive=archive,
         )
-        _register(jf)
+        register(jf)
         return jf
 
     if func is not None:
@@ -892,79 +766,6 @@ def _importable_kind(func: Callable[..., Any]) -> str:
     return f"{module}.{qualname}"
 
 
-def _register(jf: JobFunction[Any, Any]) -> None:
-    """Record a job under its kind; refuse a second function claiming the same kind.
-
-    The same function decorated again (a module imported twice, or
-    reloaded) replaces its earlier registration.
-    """
-    with _registry_lock:
-        existing = registry.get(jf.kind)
-        if existing is not None and kind_of(existing.func) != kind_of(jf.func):
-            raise InvalidJob(
-                f"kind {jf.kind!r} is already registered for {kind_of(existing.func)}; "
-                "give one of them another kind",
-                field="kind",
-            )
-        registry[jf.kind] = jf
-
-
-#: How the error of a kind that leads to no job function starts (workers store it).
-UNKNOWN_KIND_PREFIX = "unknown job kind"
-
-
-def resolve(kind: str) -> JobFunction[Any, Any]:
-    """Return the ``@job`` function of a kind, importing its module if needed.
-
-    The registry answers first; otherwise the longest importable module prefix
-    of the kind is imported (which registers its jobs) and the rest is looked
-    up as attributes. Raises UnknownJobKind naming the kind if it does not
-    lead to a ``@job`` function. An error raised while importing the job's
-    module itself propagates, so a broken module is not reported as unknown.
-    """
-    found = registry.get(kind)
-    if found is not None:
-        return found
-    if not isinstance(kind, str) or not kind:
-        raise UnknownJobKind(f"job kind must be a non-empty string, not {kind!r}", field="kind")
-    parts = kind.split(".")
-    problem = f"no module of {kind!r} can be imported"
-    for i in range(len(parts) - 1, 0, -1):
-        module_name = ".".join(parts[:i])
-        try:
-            module = import_module(module_name)
-        except ModuleNotFoundError as exc:
-            missing = exc.name or ""
-            if module_name == missing or module_name.startswith(missing + "."):
-                continue  # this prefix is not a module: try a shorter one
-            raise
-        found = registry.get(kind)
-        if found is not None:
-            return found
-        obj: Any = module
-        for depth, attr in enumerate(parts[i:], start=i):
-            obj = getattr(obj, attr, None)
-            if obj is None:
-                problem = f"{'.'.join(parts[:depth])!r} has no attribute {attr!r}"
-                break
-        if isinstance(obj, JobFunction):
-            return obj
-        # A Django Tasks ``@task`` function runs on hopper unchanged.
-        from django_hopper.tasks_compat import job_function_for
-
-        task_fn = job_function_for(obj)
-        if task_fn is not None:
-            return task_fn
-        if obj is not None:
-            problem = f"{kind!r} is a {type(obj).__name__}, not a @job function"
-        break
-    raise UnknownJobKind(
-        f"{UNKNOWN_KIND_PREFIX} {kind!r}: no @job function is registered under it or found at "
-        f"that import path ({problem}; is its module listed in HOPPER['IMPORTS']?)",
-        field="kind",
-    )
-
-
 def _check_timeout(value: float | dt.timedelta | None) -> float | None:
     """Return a timeout in seconds, or None for the setting's default."""
     if value is None:
@@ -987,3 +788,26 @@ def _check_metadata(value: Any) -> dict[str, Any]:
         raise InvalidJob(f"metadata must be a dict, not {value!r}", field="metadata")
     normalized: dict[str, Any] = validation.json_normalize(dict(value), "metadata")
     return normalized
+
+
+def _job_function_or_none(obj: object) -> JobFunction[Any, Any] | None:
+    """The resolver for ``@job`` functions: the object itself when it is one."""
+    return obj if isinstance(obj, JobFunction) else None
+
+
+register_resolver(_job_function_or_none)
+
+__all__ = [
+    "UNKNOWN_KIND_PREFIX",
+    "BatchItem",
+    "EnqueueOptions",
+    "JobFunction",
+    "JobHandle",
+    "PreparedJob",
+    "aenqueue_many",
+    "enqueue_many",
+    "job",
+    "kind_of",
+    "registry",
+    "resolve",
+]

@@ -463,7 +463,7 @@ def resumable(
             takes_context=True,
             archive=None,
         )
-        jobs._register(rj)
+        jobs.register(rj)
         return rj
 
     if func is not None:

@@ -10,9 +10,9 @@ is written once for both.
 ``django.tasks`` wins when both exist: it is the namespace Django's own
 ``TASKS`` setting handler reads. When neither is installed this module still
 imports, with ``AVAILABLE`` False and none of the API names, so that
-:func:`job_function_for` (called by the worker for every kind it resolves)
-works in projects without the Tasks API; importing a missing name raises
-ImportError as usual.
+:func:`job_function_for` (a resolver the worker asks for module attributes
+that are not ``@job`` functions) works in projects without the Tasks API;
+importing a missing name raises ImportError as usual.
 """
 
 from __future__ import annotations
@@ -119,15 +119,16 @@ def normalize_json(value: Any) -> Any:
 def job_function_for(obj: object) -> JobFunction[Any, Any] | None:
     """Return the job function that runs a Django Task, or None for anything else.
 
-    The worker resolves a kind to a module attribute; for a ``@task`` function
-    that attribute is a ``Task``, not a ``JobFunction``. This is the one call
-    ``django_hopper.jobs.resolve`` makes for such attributes. It imports
-    nothing from the Tasks API unless it is installed, so projects without it
-    pay one boolean test.
+    The resolver the app registers with :mod:`django_hopper.registry` (in
+    ``ready``): the worker resolves a kind to a module attribute, and for a
+    ``@task`` function that attribute is a ``Task``, not a ``JobFunction``.
+    Projects without the Tasks API pay one boolean test per resolve.
     """
     if not AVAILABLE or not isinstance(obj, Task):
         return None
-    from django_hopper.tasks_backend import job_function_for_task
+    # Imported here: the runner needs the whole backend, which a project that
+    # never runs a task through hopper never loads.
+    from django_hopper.tasks.runner import job_function_for_task
 
     return job_function_for_task(obj)
 

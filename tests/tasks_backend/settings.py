@@ -17,11 +17,11 @@ from tests.settings import HOPPER, LOGGING
 #: The TASKS setting of this package's tests (and of its worker processes).
 TASKS: dict[str, Any] = {
     "default": {
-        "BACKEND": "django_hopper.tasks_backend.HopperBackend",
+        "BACKEND": "django_hopper.tasks.backend.HopperBackend",
         "QUEUES": ["default", "queue_1", "emails"],
     },
     "retrying": {
-        "BACKEND": "django_hopper.tasks_backend.HopperBackend",
+        "BACKEND": "django_hopper.tasks.backend.HopperBackend",
         "QUEUES": [],
         "OPTIONS": {"max_attempts": 3},
     },

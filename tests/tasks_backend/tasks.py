@@ -76,7 +76,7 @@ with override_settings(TASKS=TASKS):
 
     @task(takes_context=True)
     def describe_context(context: TaskContext) -> dict[str, Any]:
-        from django_hopper.tasks_backend import job_context
+        from django_hopper.tasks import job_context
 
         result = context.task_result
         return {
@@ -89,7 +89,7 @@ with override_settings(TASKS=TASKS):
 
     @task(backend="retrying")
     def flaky(failures: int) -> str:
-        from django_hopper.tasks_backend import job_context
+        from django_hopper.tasks import job_context
 
         attempt = job_context().attempt
         if attempt <= failures:

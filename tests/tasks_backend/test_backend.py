@@ -16,7 +16,7 @@ from django_hopper.engine.params import (
     JobInsertParams,
     JobRetryParams,
 )
-from django_hopper.tasks_backend import (
+from django_hopper.tasks import (
     HopperBackend,
     HopperTask,
     hopper_options,
@@ -94,7 +94,7 @@ def test_the_database_option_defaults_to_hoppers_database(settings: Any) -> None
     assert task_backends["default"].database == "default"
     settings.TASKS = {
         "default": {
-            "BACKEND": "django_hopper.tasks_backend.HopperBackend",
+            "BACKEND": "django_hopper.tasks.backend.HopperBackend",
             "OPTIONS": {"database": "other"},
         }
     }
@@ -104,7 +104,7 @@ def test_the_database_option_defaults_to_hoppers_database(settings: Any) -> None
 def test_check_reports_unknown_options_databases_and_unworked_queues(settings: Any) -> None:
     settings.TASKS = {
         "default": {
-            "BACKEND": "django_hopper.tasks_backend.HopperBackend",
+            "BACKEND": "django_hopper.tasks.backend.HopperBackend",
             "QUEUES": ["default", "reports"],
             "OPTIONS": {"database": "nope", "retries": 3, "max_attempts": 0},
         }
@@ -345,7 +345,7 @@ def test_task_error_reads_the_exception_class_from_the_traceback() -> None:
     bare = task_error(AttemptError(at=None, attempt=1, error="x", trace="KeyError: 'a'\n"))
     assert bare.exception_class is KeyError
     timeout = task_error(AttemptError(at=None, attempt=1, error="timed out after 2s"))
-    assert timeout.exception_class_path == "django_hopper.tasks_backend.HopperTaskError"
+    assert timeout.exception_class_path == "django_hopper.tasks.errors.HopperTaskError"
     assert timeout.traceback == "timed out after 2s\n"
 
 
@@ -353,16 +353,24 @@ def test_task_error_reads_the_exception_class_from_the_traceback() -> None:
 # Running under hopper's worker
 
 
-def test_resolve_runs_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The worker's ``jobs.resolve`` turns a task's kind into a runnable job function.
+def test_resolve_runs_tasks_through_the_resolver_the_app_registers() -> None:
+    """The worker's ``registry.resolve`` turns a task's kind into a runnable job function."""
+    from django_hopper.registry import resolve, resolvers
+    from django_hopper.tasks_compat import job_function_for
 
-    Fails until ``resolve`` calls ``tasks_compat.job_function_for`` (the hook).
-    """
-    monkeypatch.undo()  # the real resolve, not conftest's stand-in
-    from django_hopper.jobs import resolve
-
+    assert job_function_for in resolvers  # registered by the app's ready
     fn = resolve(tasks.add.module_path)
     assert fn.kind == tasks.add.module_path and fn.takes_context
+
+
+def test_the_earlier_import_path_of_the_backend_still_works(settings: Any) -> None:
+    from django_hopper import tasks as canonical
+    from django_hopper import tasks_backend
+
+    assert tasks_backend.HopperBackend is canonical.HopperBackend
+    assert tasks_backend.job_context is canonical.job_context
+    settings.TASKS = {"old": {"BACKEND": "django_hopper.tasks_backend.HopperBackend"}}
+    assert isinstance(task_backends["old"], canonical.HopperBackend)
 
 
 def test_the_worker_completes_a_task_and_get_result_has_its_value(
@@ -602,7 +610,7 @@ def test_a_failure_hopper_decided_is_logged_with_its_reason(engine: Any) -> None
     import unittest
 
     from django_hopper.engine.params import JobCancelParams
-    from django_hopper.tasks_backend import announce_finished
+    from django_hopper.tasks import announce_finished
     from django_hopper.tasks_compat import NAMESPACE
 
     result = tasks.add.enqueue(1, 2)

@@ -25,7 +25,7 @@ from asgiref.sync import async_to_sync
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_hopper.tasks_backend import HopperBackend, HopperTask
+from django_hopper.tasks import HopperBackend, HopperTask
 from django_hopper.tasks_compat import (
     DEFAULT_TASK_QUEUE_NAME,
     NAMESPACE,
@@ -321,7 +321,7 @@ def test_validate_on_enqueue(settings: Any) -> None:
     task_with_custom_queue_name = test_tasks.noop_task.using(queue_name="queue_1")
     settings.TASKS = {
         "default": {
-            "BACKEND": "django_hopper.tasks_backend.HopperBackend",
+            "BACKEND": "django_hopper.tasks.backend.HopperBackend",
             "QUEUES": ["queue-1"],
         }
     }

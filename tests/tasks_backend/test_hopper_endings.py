@@ -109,7 +109,7 @@ def test_check_warns_when_tasks_are_stored_on_another_database_than_hoppers(
     monkeypatch.setitem(connections.settings, "other", dict(connections.settings["default"]))
     settings.TASKS = {
         "default": {
-            "BACKEND": "django_hopper.tasks_backend.HopperBackend",
+            "BACKEND": "django_hopper.tasks.backend.HopperBackend",
             "OPTIONS": {"database": "other"},
         }
     }
