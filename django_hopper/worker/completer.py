@@ -184,11 +184,20 @@ class Completer:
 
     def _apply(self, batch: list[Result]) -> None:
         delay = Backoff(0.05, 5.0)
+        failing_since: float | None = None
         while True:
             try:
                 self.flush_once(batch)
+                if failing_since is not None:
+                    logger.warning(
+                        "applied %d results after %.1fs of failures",
+                        len(batch),
+                        time.monotonic() - failing_since,
+                    )
                 return
             except Exception:
+                if failing_since is None:
+                    failing_since = time.monotonic()
                 reset_connection(self.engine.alias)
                 with self._cond:
                     if self._abort:

@@ -227,6 +227,7 @@ class Producer:
         w = self.worker
         poll = float(w.config.poll_interval or 1.0)
         delay = Backoff(0.1, 5.0)
+        failing_since: float | None = None
         self.wake.set()  # claim at start
         try:
             while not w.stopping.is_set():
@@ -243,8 +244,17 @@ class Producer:
                 try:
                     self.claim_once()
                     delay.reset()
+                    if failing_since is not None:
+                        logger.warning(
+                            "claiming from queue %s again after %.1fs of failures",
+                            self.queue,
+                            time.monotonic() - failing_since,
+                        )
+                        failing_since = None
                 except Exception:
                     reset_connection(w.engine.alias)
+                    if failing_since is None:
+                        failing_since = time.monotonic()
                     wait = delay.next()
                     logger.warning(
                         "claiming from queue %s failed; retrying in %.2fs",

@@ -123,6 +123,7 @@ def test_workers_reconnect_after_their_backends_are_terminated(tx_engine, proces
     insert_many(tx_engine, jobs.rt_effect, [((), {"seconds": 0.05}) for _ in range(60)])
     processes.start("--queues", "default:4", overrides={"CLIENT_TTL": 5.0})
     processes.start("--queues", "default:4", overrides={"CLIENT_TTL": 5.0})
+    wait_for(lambda: Client.objects.count() == 2, timeout=30)  # both connected
     name = connection.settings_dict["NAME"]
     terminated = 0
     for _ in range(6):

@@ -69,6 +69,7 @@ LOCK_NOT_AVAILABLE = "55P03"
 UNIQUE_VIOLATION = "23505"
 CHECK_VIOLATION = "23514"
 NOT_NULL_VIOLATION = "23502"
+READ_ONLY = "25006"
 
 #: The raw connection's prepare_threshold when Django left it None (no
 #: preparing): only ``prepare=True`` prepares, never a query run often.
@@ -136,11 +137,14 @@ def _connection_lost(exc: BaseException, state: str | None) -> bool:
     """Return whether the error says the connection is gone rather than the query is wrong.
 
     Class 08 is a connection exception; 57P01-57P03 are an administrator's or
-    the server's shutdown (``pg_terminate_backend``, a restart). A psycopg
-    OperationalError without SQLSTATE is a socket the server closed.
+    the server's shutdown (``pg_terminate_backend``, a restart); 25006 is a
+    write refused by a read-only server (a primary demoted during a failover,
+    ``default_transaction_read_only``), which a new connection, to the new
+    primary, cures. A psycopg OperationalError without SQLSTATE is a socket
+    the server closed.
     """
     if state is not None:
-        return state.startswith("08") or state in ("57P01", "57P02", "57P03")
+        return state.startswith("08") or state in ("57P01", "57P02", "57P03", READ_ONLY)
     return any(
         isinstance(
             candidate,
