@@ -1,4 +1,4 @@
-"""Operator functions on single jobs: read, cancel, retry, delete, list, logs.
+"""Operator functions on jobs: read, cancel, retry, delete (one or many), list, logs.
 
 These are the functions the admin actions, the management commands and user
 code call, so that each rule (what a retry of a discarded job does, what a
@@ -17,16 +17,19 @@ from django_hopper.exceptions import InvalidJob, NotFound
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
-    from django_hopper.types import AttemptLog, JobRow
+    from django_hopper.types import AttemptLog, JobManyResult, JobRow
 
 __all__ = [
     "cancel_job",
+    "cancel_jobs",
     "delete_job",
+    "delete_jobs",
     "get_job",
     "job_logs",
     "list_jobs",
     "parse_job_id",
     "retry_job",
+    "retry_jobs",
 ]
 
 
@@ -98,6 +101,18 @@ def _announce_ending(row: JobRow, alias: str) -> None:
     transaction.on_commit(lambda: signals.send_logged(signals.jobs_ended, jobs=[row]), using=alias)
 
 
+def _announce_endings(rows: list[JobRow], alias: str) -> None:
+    """Send ``jobs_ended`` once for jobs a bulk cancel ended, once the cancel commits."""
+    from django.db import transaction
+
+    from django_hopper import signals
+
+    if not signals.jobs_ended.receivers:
+        return
+
+    transaction.on_commit(lambda: signals.send_logged(signals.jobs_ended, jobs=rows), using=alias)
+
+
 def retry_job(job_id: uuid.UUID | str, *, from_start: bool = False) -> JobRow:
     """Make a job available to run now, and return it.
 
@@ -125,6 +140,53 @@ def delete_job(job_id: uuid.UUID | str) -> JobRow:
     from django_hopper.engine.params import JobDeleteParams
 
     return _engine().job_delete(JobDeleteParams(id=parse_job_id(job_id)))
+
+
+def _ids(job_ids: Iterable[uuid.UUID | str]) -> list[uuid.UUID]:
+    """Parse many job IDs, naming the bad one."""
+    if isinstance(job_ids, str | uuid.UUID):
+        raise InvalidJob("job_ids must be a list of job IDs, not one ID", field="job_ids")
+    return [parse_job_id(i, "job_ids") for i in job_ids]
+
+
+def cancel_jobs(job_ids: Iterable[uuid.UUID | str]) -> JobManyResult:
+    """Cancel many jobs at once, each as :func:`cancel_job` would; return what happened to each.
+
+    One engine statement for the set, not a call per job. The result maps
+    every ID to a ``JobOutcome``: canceled, cancel_requested (running),
+    finished (nothing to cancel) or not_found.
+    """
+    from django_hopper.engine.params import JobCancelManyParams
+
+    engine = _engine()
+    result = engine.job_cancel_many(JobCancelManyParams(ids=_ids(job_ids)))
+    ended = [j for j in result.jobs if j.state == "canceled"]
+    if ended:
+        _announce_endings(ended, engine.alias)
+    return result
+
+
+def retry_jobs(job_ids: Iterable[uuid.UUID | str], *, from_start: bool = False) -> JobManyResult:
+    """Retry many jobs at once, each as :func:`retry_job` would; return what happened to each.
+
+    What ``retry_job`` raises becomes the job's outcome (running,
+    unique_conflict, not_found) and leaves that job unchanged; the others are
+    retried.
+    """
+    from django_hopper.engine.params import JobRetryManyParams
+
+    if not isinstance(from_start, bool):
+        raise InvalidJob(
+            f"from_start must be True or False, not {from_start!r}", field="from_start"
+        )
+    return _engine().job_retry_many(JobRetryManyParams(ids=_ids(job_ids), from_start=from_start))
+
+
+def delete_jobs(job_ids: Iterable[uuid.UUID | str]) -> JobManyResult:
+    """Delete many jobs at once, each as :func:`delete_job` would; running ones are refused."""
+    from django_hopper.engine.params import JobDeleteManyParams
+
+    return _engine().job_delete_many(JobDeleteManyParams(ids=_ids(job_ids)))
 
 
 def job_logs(job_id: uuid.UUID | str) -> list[AttemptLog]:

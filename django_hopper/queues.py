@@ -16,7 +16,7 @@ from django_hopper.exceptions import InvalidJob
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import QueueControlsContract
-    from django_hopper.types import QueueRow, Stats
+    from django_hopper.types import QueueLimits, QueueRow, Stats
 
 __all__ = [
     "list_queues",
@@ -54,7 +54,7 @@ def _seconds(value: Any, field: str) -> dt.timedelta:
     return value
 
 
-def set_queue_limits(
+def check_queue_limits(
     name: str,
     *,
     rate_per_sec: float = 0,
@@ -62,15 +62,13 @@ def set_queue_limits(
     global_limit: int = 0,
     partition_limit: int = 0,
     aging: dt.timedelta | float = 0,
-) -> QueueRow:
-    """Set a queue's cluster-wide limits and return its row; zero removes a limit.
+) -> QueueLimits:
+    """Return the limits ``set_queue_limits`` would store, or raise InvalidJob naming the field.
 
-    ``rate_per_sec`` caps claims per second with a bucket of ``burst`` tokens
-    (default: one second's worth); ``global_limit`` caps running jobs across
-    all workers; ``partition_limit`` caps running jobs per ``partition_key``;
-    ``aging`` (seconds or a timedelta) raises a waiting job's priority one
-    level per interval waited. Every call replaces all five settings.
+    Writes nothing, so a form can check each value on its own and show every
+    error at once with the rules ``set_queue_limits`` applies.
     """
+    from django_hopper.engine.limits import validate_limits
     from django_hopper.types import QueueLimits
 
     if burst is not None:
@@ -88,6 +86,35 @@ def set_queue_limits(
         rate_burst=burst or 0,
         partition_limit=partition_limit,
         aging=_seconds(aging, "aging"),
+    )
+    return validate_limits(limits)
+
+
+def set_queue_limits(
+    name: str,
+    *,
+    rate_per_sec: float = 0,
+    burst: int | None = None,
+    global_limit: int = 0,
+    partition_limit: int = 0,
+    aging: dt.timedelta | float = 0,
+) -> QueueRow:
+    """Set a queue's cluster-wide limits and return its row; zero removes a limit.
+
+    ``rate_per_sec`` caps claims per second with a bucket of ``burst`` tokens
+    (default: one second's worth; a burst needs a rate); ``global_limit`` caps
+    running jobs across all workers; ``partition_limit`` caps running jobs per
+    ``partition_key``; ``aging`` (seconds or a timedelta) raises a waiting
+    job's priority one level per interval waited. Every call replaces all five
+    settings.
+    """
+    limits = check_queue_limits(
+        name,
+        rate_per_sec=rate_per_sec,
+        burst=burst,
+        global_limit=global_limit,
+        partition_limit=partition_limit,
+        aging=aging,
     )
     return _engine().queue_set_limits(limits)
 

@@ -604,3 +604,31 @@ class StreamConsumerRow:
     delivered_at: dt.datetime | None = None
     created_at: dt.datetime | None = None
     updated_at: dt.datetime | None = None
+
+
+class JobOutcome:
+    """What a ``*_many`` operator method did to each job: the one-job method's result or error."""
+
+    CANCELED = "canceled"  # a waiting job, now in history
+    CANCEL_REQUESTED = "cancel_requested"  # a running job, asked to stop
+    FINISHED = "finished"  # already finished: a cancel changes nothing
+    RETRIED = "retried"  # available now (or pending, if it waits on dependencies)
+    DELETED = "deleted"
+    RUNNING = "running"  # refused: JobRunning (retry, delete)
+    UNIQUE_CONFLICT = "unique_conflict"  # refused: UniqueConflict (retry)
+    NOT_FOUND = "not_found"  # refused: NotFound
+
+    #: The outcomes that changed nothing because the one-job method would raise.
+    REFUSALS = frozenset({RUNNING, UNIQUE_CONFLICT, NOT_FOUND})
+
+
+@dataclass(slots=True)
+class JobManyResult:
+    #: Every requested ID (duplicates once), with its JobOutcome.
+    outcomes: dict[JobID, str]
+    #: The jobs changed, as they are afterwards (deleted ones: as they were).
+    jobs: list[JobRow] = field(default_factory=list)
+
+    def ids(self, outcome: str) -> list[JobID]:
+        """Return the IDs with this outcome, in request order."""
+        return [i for i, o in self.outcomes.items() if o == outcome]

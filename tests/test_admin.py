@@ -167,7 +167,7 @@ def test_action__retry_moves_a_discarded_job_back_to_live(
 ) -> None:
     job_id = discarded_job(engine)
     msgs = act(admin_client, "jobhistory", "retry_jobs", [job_id])
-    assert any("Retry: 1 job" in m for m in msgs), msgs
+    assert msgs == ["Retry 1 job: 1 retried."]
     assert Job.objects.get(id=job_id).state == "available"
     assert not JobHistory.objects.filter(id=job_id).exists()
 
@@ -187,8 +187,9 @@ def test_action__delete_reports_a_running_job_and_deletes_the_rest(
     engine.job_claim(JobClaimParams(queue="default", client_id=client, limit=1))
     waiting = testjobs.add.enqueue(2, 2).id
     msgs = act(admin_client, "job", "delete_jobs", [running, waiting])
-    assert any("JobRunning" in m and str(running) in m for m in msgs), msgs
-    assert any("Delete: 1 job" in m for m in msgs), msgs
+    [msg] = msgs  # one summary: the deleted and the refused
+    assert "Delete 2 jobs: 1 deleted, 1 refused (running: cancel it first)" in msg
+    assert str(running) in msg
     assert list(Job.objects.values_list("id", flat=True)) == [running]
 
 
@@ -197,7 +198,10 @@ def test_action__retry_reports_a_unique_conflict(admin_client: HttpClient) -> No
     api.cancel_job(first)
     testjobs.add.using(unique_key="u").enqueue(1, 2)
     msgs = act(admin_client, "jobhistory", "retry_jobs", [first])
-    assert any("UniqueConflict" in m for m in msgs), msgs
+    assert msgs == [
+        f"Retry 1 job: 1 refused (a live job holds its unique key). "
+        f"Refused: job {first}: a live job holds its unique key."
+    ]
     assert JobHistory.objects.get(id=first).state == "canceled"
 
 

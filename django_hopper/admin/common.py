@@ -5,7 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib import admin, messages
@@ -132,6 +134,78 @@ def read_stats(model_admin: admin.ModelAdmin, request: HttpRequest) -> Stats:
         return Stats()
 
 
+#: How many refusals an action's message spells out (the rest are counted).
+REFUSALS_SHOWN = 5
+
+
+@dataclass
+class Outcomes:
+    """What an operator action did: counts per outcome, refusals by reason, a few examples."""
+
+    action: str
+    noun: str
+    deletion: bool = False
+    done: Counter[str] = field(default_factory=Counter)
+    refused: Counter[str] = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, outcome: str, count: int = 1) -> None:
+        if count:
+            self.done[outcome] += count
+
+    def refuse(self, reason: str, example: str, count: int = 1) -> None:
+        """Count refusals for one reason; keep the first few examples to show."""
+        self.refused[reason] += count
+        if len(self.examples) < REFUSALS_SHOWN:
+            self.examples.append(example)
+
+    @property
+    def done_total(self) -> int:
+        return sum(self.done.values())
+
+    @property
+    def total(self) -> int:
+        return self.done_total + sum(self.refused.values())
+
+    def summary(self) -> str:
+        """Say what was asked of how many, e.g. "cancel 20000 jobs"."""
+        plural = "" if self.total == 1 else "s"
+        return f"{self.action} {self.total} {self.noun}{plural}"
+
+    def message(self) -> str:
+        """Say the counts per outcome, then the first refusals."""
+        parts = [f"{n} {outcome}" for outcome, n in self.done.most_common()]
+        parts += [f"{n} refused ({reason})" for reason, n in self.refused.most_common()]
+        text = f"{self.summary().capitalize()}: {', '.join(parts)}."
+        if self.examples:
+            more = sum(self.refused.values()) - len(self.examples)
+            tail = f" (and {more} more)" if more > 0 else ""
+            text += f" Refused: {'; '.join(self.examples)}{tail}."
+        return text
+
+
+def audit(
+    request: HttpRequest,
+    model: type[Model],
+    what: str,
+    message: str,
+    object_id: Any = None,
+    deletion: bool = False,
+) -> None:
+    """Record an operator action in Django's admin log: who, what, how many, the outcome."""
+    from django.contrib.admin.models import CHANGE, DELETION, LogEntry
+    from django.contrib.contenttypes.models import ContentType
+
+    LogEntry.objects.create(
+        user_id=request.user.pk,
+        content_type_id=ContentType.objects.get_for_model(model, for_concrete_model=False).pk,
+        object_id=None if object_id is None else str(object_id),
+        object_repr=what[:200],
+        action_flag=DELETION if deletion else CHANGE,
+        change_message=message,
+    )
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
     """An admin that shows rows and never writes them through the ORM.
 
@@ -175,25 +249,43 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         opts = self.opts
         return request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}")
 
+    def report(self, request: HttpRequest, outcomes: Outcomes, object_id: Any = None) -> None:
+        """Show an action's outcome in one message and record it in the admin's log.
+
+        One message whatever the selection's size (counts per outcome and the
+        first few refusals); one ``LogEntry`` (who, what, how many), naming
+        the object when the action was on one.
+        """
+        if not outcomes.total:
+            return
+        if not outcomes.refused:
+            level = messages.SUCCESS
+        elif outcomes.done_total:
+            level = messages.WARNING
+        else:
+            level = messages.ERROR
+        text = outcomes.message()
+        self.message_user(request, text, level)
+        audit(request, self.model, outcomes.summary(), text, object_id, outcomes.deletion)
+
     def _apply_each(
         self,
         request: HttpRequest,
         keys: Iterable[Any],
         action: Callable[[Any], Any],
-        failure: Callable[[Any, HopperError], str],
-        success: Callable[[int], str],
+        outcomes: Outcomes,
+        done: str,
     ) -> None:
-        """Call an api function per selected key; report each failure, then the count."""
-        done = 0
+        """Call an api function per selected key (a handful: queues); report once."""
+        keys = list(keys)
         for key in keys:
             try:
                 action(key)
             except HopperError as exc:
-                self.message_user(request, failure(key, exc), messages.ERROR)
+                outcomes.refuse(type(exc).__name__, f"{key}: {exc}")
             else:
-                done += 1
-        if done:
-            self.message_user(request, success(done), messages.SUCCESS)
+                outcomes.add(done)
+        self.report(request, outcomes, keys[0] if len(keys) == 1 else None)
 
     def annotate_rows(self, request: HttpRequest, rows: list[Any]) -> None:
         """Attach to the page's rows what they show beyond their columns, read once.

@@ -13,9 +13,11 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from django_hopper import api
+from django_hopper.admin.bulk import apply_in_chunks
 from django_hopper.admin.common import (
     EMPTY,
     FieldsetsViewAdmin,
+    Outcomes,
     admin_url,
     job_link,
     job_refs,
@@ -30,7 +32,7 @@ from django_hopper.models import (
     JobDependency,
     JobHistory,
 )
-from django_hopper.types import AttemptError, Progress
+from django_hopper.types import AttemptError, JobManyResult, Progress
 
 
 class JobAdminBase(FieldsetsViewAdmin):
@@ -217,35 +219,30 @@ class JobAdminBase(FieldsetsViewAdmin):
 
     # -- actions ------------------------------------------------------------
 
-    def _apply(
+    def _bulk(
         self,
         request: HttpRequest,
         queryset: QuerySet[Any],
-        action: Callable[[uuid.UUID], Any],
+        call: Callable[[list[uuid.UUID]], JobManyResult],
         verb: str,
+        deletion: bool = False,
     ) -> None:
-        """Call an api function per selected job; report each failure, then the count."""
-        self._apply_each(
-            request,
-            queryset.values_list("id", flat=True),
-            action,
-            failure=lambda job_id, exc: (
-                f"Could not {verb} job {job_id}: {type(exc).__name__}: {exc}"
-            ),
-            success=lambda done: f"{verb.capitalize()}: {done} job(s).",
-        )
+        """Apply a bulk api function to the selection in chunks; report once, log once."""
+        outcomes = Outcomes(verb, "job", deletion=deletion)
+        seen = apply_in_chunks(queryset, call, outcomes)
+        self.report(request, outcomes, seen[0] if len(seen) == 1 else None)
 
     @admin.action(description="Retry selected jobs now", permissions=("operate",))
     def retry_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._apply(request, queryset, api.retry_job, "retry")
+        self._bulk(request, queryset, api.retry_jobs, "retry")
 
     @admin.action(description="Cancel selected jobs", permissions=("operate",))
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._apply(request, queryset, api.cancel_job, "cancel")
+        self._bulk(request, queryset, api.cancel_jobs, "cancel")
 
     @admin.action(description="Delete selected jobs", permissions=("operate",))
     def delete_jobs(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._apply(request, queryset, api.delete_job, "delete")
+        self._bulk(request, queryset, api.delete_jobs, "delete", deletion=True)
 
 
 @admin.register(Job)

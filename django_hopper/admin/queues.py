@@ -9,7 +9,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
@@ -21,7 +21,9 @@ from django_hopper.admin.common import (
     EMPTY,
     ROW_EXTRA,
     FieldsetsViewAdmin,
+    Outcomes,
     admin_url,
+    audit,
     read_stats,
     row_extra_or_read,
     seconds_text,
@@ -39,8 +41,9 @@ class QueueLimitsForm(forms.Form):
     """The five limits of a queue. Blank or zero removes one.
 
     The form checks types only: what a valid limit is (non-negative, a burst
-    with a rate ...) is decided by ``set_queue_limits``, whose InvalidJob
-    becomes the error of the field it names.
+    with a rate ...) is decided by ``queues.check_queue_limits``, the check
+    ``set_queue_limits`` runs, whose InvalidJob becomes the error of the field
+    it names; every field is checked, so every error shows at once.
     """
 
     rate_per_sec = forms.FloatField(
@@ -73,21 +76,62 @@ class QueueLimitsForm(forms.Form):
             "aging": queue.aging.total_seconds() if queue.aging else None,
         }
 
-    def apply(self, name: str) -> bool:
-        """Set the limits through the api; turn its refusal into form errors, return success."""
+    def _api_values(self) -> dict[str, Any]:
+        """Return the cleaned values as ``set_queue_limits`` takes them (blank: unset)."""
         data = self.cleaned_data
+        return {
+            "rate_per_sec": data["rate_per_sec"] or 0,
+            "burst": data["burst"],
+            "global_limit": data["global_limit"] or 0,
+            "partition_limit": data["partition_limit"] or 0,
+            "aging": data["aging"] or 0,
+        }
+
+    def _refused(self, exc: InvalidJob) -> str | None:
+        """Show the api's refusal on the field it names (once per field); return that field."""
+        field = self.API_FIELDS.get(exc.field or "", exc.field)
+        target = field if field in self.fields else None
+        if target is None or target not in self.errors:
+            self.add_error(target, str(exc))
+        return target
+
+    def check_all(self, name: str) -> bool:
+        """Check every value with the api's own rules and keep every refusal, not just the first.
+
+        Each value is checked on its own (``check_queue_limits`` writes
+        nothing), then the values that passed together, for the rules that
+        tie two fields (a burst needs a rate).
+        """
+        values = self._api_values()
+        failed: set[str] = set()
+        for key in ("rate_per_sec", "global_limit", "partition_limit", "aging"):
+            try:
+                queues.check_queue_limits(name, **{key: values[key]})
+            except InvalidJob as exc:
+                failed.add(self._refused(exc) or key)
+        if "rate_per_sec" not in failed:
+            try:
+                queues.check_queue_limits(
+                    name, **{k: v for k, v in values.items() if k not in failed}
+                )
+            except InvalidJob as exc:
+                self._refused(exc)
+        return not self.errors
+
+    def describe(self) -> str:
+        """Say the limits saved, for the message and the admin log."""
+        values = self._api_values()
+        shown = [f"{k} {v}" for k, v in values.items() if v]
+        return ", ".join(shown) or "none"
+
+    def apply(self, name: str) -> bool:
+        """Check every value, then set the limits through the api; return success."""
+        if not self.check_all(name):
+            return False
         try:
-            queues.set_queue_limits(
-                name,
-                rate_per_sec=data["rate_per_sec"] or 0,
-                burst=data["burst"],
-                global_limit=data["global_limit"] or 0,
-                partition_limit=data["partition_limit"] or 0,
-                aging=data["aging"] or 0,
-            )
+            queues.set_queue_limits(name, **self._api_values())
         except InvalidJob as exc:
-            field = self.API_FIELDS.get(exc.field or "", exc.field)
-            self.add_error(field if field in self.fields else None, str(exc))
+            self._refused(exc)
             return False
         except HopperError as exc:
             self.add_error(None, f"{type(exc).__name__}: {exc}")
@@ -133,6 +177,23 @@ class QueueAdmin(FieldsetsViewAdmin):
             },
         ),
     )
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        """Offer "set limits" only to users who may set them (the form answers 403 otherwise)."""
+        shown = super().get_list_display(request)
+        if self.has_operate_permission(request):
+            return shown
+        return [name for name in shown if name != "limits_link"]
+
+    def get_fieldsets(self, request: HttpRequest, obj: Model | None = None) -> Any:
+        """Drop the "set limits" link for users who may not set them."""
+        fieldsets = super().get_fieldsets(request, obj)
+        if self.has_operate_permission(request):
+            return fieldsets
+        return [
+            (title, {**opts, "fields": [f for f in opts["fields"] if f != "limits_link"]})
+            for title, opts in fieldsets
+        ]
 
     def annotate_rows(self, request: HttpRequest, rows: list[Any]) -> None:
         """Attach each queue's depths from one stats read for the whole page."""
@@ -199,24 +260,25 @@ class QueueAdmin(FieldsetsViewAdmin):
     # -- actions ------------------------------------------------------------
 
     def _apply(
-        self, request: HttpRequest, queryset: QuerySet[Any], action: Callable[[str], Any], verb: str
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Any],
+        action: Callable[[str], Any],
+        verb: str,
+        done: str,
     ) -> None:
-        """Call a queues function per selected queue; report each failure, then the count."""
+        """Call a queues function per selected queue (a handful); report once."""
         self._apply_each(
-            request,
-            queryset.values_list("name", flat=True),
-            action,
-            failure=lambda name, exc: f"Could not {verb} queue {name}: {exc}",
-            success=lambda done: f"{verb.capitalize()}d: {done} queue(s).",
+            request, queryset.values_list("name", flat=True), action, Outcomes(verb, "queue"), done
         )
 
     @admin.action(description="Pause selected queues", permissions=("operate",))
     def pause_queues(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._apply(request, queryset, queues.pause_queue, "pause")
+        self._apply(request, queryset, queues.pause_queue, "pause", "paused")
 
     @admin.action(description="Resume selected queues", permissions=("operate",))
     def resume_queues(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._apply(request, queryset, queues.resume_queue, "resume")
+        self._apply(request, queryset, queues.resume_queue, "resume", "resumed")
 
     @admin.action(description="Set limits of the selected queue", permissions=("operate",))
     def set_limits(
@@ -250,7 +312,9 @@ class QueueAdmin(FieldsetsViewAdmin):
         if request.method == "POST":
             form = QueueLimitsForm(request.POST)
             if form.is_valid() and form.apply(queue.name):
-                self.message_user(request, f"Limits of queue {queue.name} set.", messages.SUCCESS)
+                text = f"Limits of queue {queue.name} set: {form.describe()}."
+                self.message_user(request, text, messages.SUCCESS)
+                audit(request, Queue, f"set limits of queue {queue.name}", text, queue.name)
                 return HttpResponseRedirect(admin_url("queue", "changelist"))
         else:
             form = QueueLimitsForm(initial=QueueLimitsForm.initial_for(queue))

@@ -42,10 +42,12 @@ from django_hopper.engine.params import (
     HistoryMaintainParams,
     HistoryMaintainResult,
     JobAgeParams,
+    JobCancelManyParams,
     JobCancelParams,
     JobClaimByIDParams,
     JobClaimParams,
     JobClaimResult,
+    JobDeleteManyParams,
     JobDeleteParams,
     JobDiscardExpiredParams,
     JobExpireLeasesParams,
@@ -60,6 +62,7 @@ from django_hopper.engine.params import (
     JobListParams,
     JobRecordProgressParams,
     JobRescueParams,
+    JobRetryManyParams,
     JobRetryOrderingKeyParams,
     JobRetryParams,
     JobScheduleParams,
@@ -90,6 +93,7 @@ from django_hopper.types import (
     ClientRow,
     HistoryPartitionRow,
     JobID,
+    JobManyResult,
     JobRow,
     JobStepRow,
     Notification,
@@ -265,6 +269,23 @@ class BaseEngine(ABC):
 
         Raises JobRunning for a running job, NotFound for an unknown one.
         """
+
+    @abstractmethod
+    def job_cancel_many(self, params: JobCancelManyParams) -> JobManyResult:
+        """Cancel each job as ``job_cancel`` would, set-based: a statement per call.
+
+        Unknown jobs are reported NOT_FOUND (not raised), finished ones
+        FINISHED, so one bad ID never hides what happened to the rest.
+        """
+
+    @abstractmethod
+    def job_retry_many(self, params: JobRetryManyParams) -> JobManyResult:
+        """Retry each job as ``job_retry`` would; its errors become RUNNING,
+        UNIQUE_CONFLICT and NOT_FOUND outcomes, and those jobs are unchanged."""
+
+    @abstractmethod
+    def job_delete_many(self, params: JobDeleteManyParams) -> JobManyResult:
+        """Delete each job as ``job_delete`` would; a running one is RUNNING, unchanged."""
 
     @abstractmethod
     def job_discard_expired(self, params: JobDiscardExpiredParams) -> list[JobRow]:

@@ -112,7 +112,8 @@ def _count(value: Any, field: str) -> int:
 def validate_limits(limits: QueueLimits) -> QueueLimits:
     """Return the limits checked and normalized, or raise naming the bad field.
 
-    Zero removes a limit. A rate needs a bucket of at least one token, so an
+    Zero removes a limit. A burst needs a rate (alone it limits nothing, and
+    saving it silently would suggest it did). A rate needs a bucket of at least one token, so an
     explicit burst of zero is refused only when it cannot be the default:
     ``rate_burst=0`` means "one second's worth" (see :func:`burst`).
     """
@@ -127,6 +128,12 @@ def validate_limits(limits: QueueLimits) -> QueueLimits:
         raise InvalidJob(
             f"rate_per_sec must be a non-negative number, not {rate!r}", field="rate_per_sec"
         )
+    burst = _count(limits.rate_burst, "rate_burst")
+    if burst and not rate:
+        raise InvalidJob(
+            f"rate_burst {burst} needs a rate: set rate_per_sec, or leave the burst out",
+            field="rate_burst",
+        )
     aging = limits.aging
     if not isinstance(aging, dt.timedelta) or aging < dt.timedelta(0):
         raise InvalidJob(f"aging must be a non-negative timedelta, not {aging!r}", field="aging")
@@ -134,7 +141,7 @@ def validate_limits(limits: QueueLimits) -> QueueLimits:
         name=name,
         global_limit=_count(limits.global_limit, "global_limit"),
         rate_per_sec=float(rate),
-        rate_burst=_count(limits.rate_burst, "rate_burst"),
+        rate_burst=burst,
         partition_limit=_count(limits.partition_limit, "partition_limit"),
         aging=aging,
     )

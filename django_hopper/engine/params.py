@@ -208,6 +208,32 @@ class JobDeleteParams:
 
 
 @dataclass(slots=True, frozen=True)
+class JobCancelManyParams:
+    """Cancel many jobs in one statement: each as ``job_cancel`` would."""
+
+    ids: Sequence[JobID]
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobRetryManyParams:
+    """Retry many jobs in one statement: each as ``job_retry`` would."""
+
+    ids: Sequence[JobID]
+    #: Clear each job's progress, so that it runs all its steps again.
+    from_start: bool = False
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class JobDeleteManyParams:
+    """Delete many jobs in one statement: each as ``job_delete`` would."""
+
+    ids: Sequence[JobID]
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
 class JobDiscardExpiredParams:
     limit: int = 1000
     now: dt.datetime | None = None

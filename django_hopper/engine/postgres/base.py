@@ -14,6 +14,7 @@ from django_hopper.engine.postgres.history import PostgresPeriodicHistoryMixin
 from django_hopper.engine.postgres.jobs import JobsMixin
 from django_hopper.engine.postgres.leases import LeasesMixin
 from django_hopper.engine.postgres.listener import ConnectionRoute
+from django_hopper.engine.postgres.operator import OperatorMixin
 from django_hopper.engine.postgres.pubsub import PubSubMixin
 from django_hopper.engine.postgres.queues import QueuesMixin
 from django_hopper.engine.postgres.stats import StatsMixin
@@ -26,6 +27,7 @@ class PostgresEngine(
     QueuesMixin,
     StatsMixin,
     JobsMixin,
+    OperatorMixin,
     ClientsMixin,
     PostgresPeriodicHistoryMixin,
     BatchesMixin,

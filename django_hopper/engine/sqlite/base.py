@@ -8,6 +8,7 @@ from django_hopper.engine.sqlite.clients import ClientsMixin
 from django_hopper.engine.sqlite.history import SQLitePeriodicHistoryMixin
 from django_hopper.engine.sqlite.jobs import JobsMixin
 from django_hopper.engine.sqlite.leases import LeasesMixin
+from django_hopper.engine.sqlite.operator import OperatorMixin
 from django_hopper.engine.sqlite.pubsub import PubSubMixin
 from django_hopper.engine.sqlite.queues import QueuesMixin
 from django_hopper.engine.sqlite.stats import StatsMixin
@@ -20,6 +21,7 @@ class SQLiteEngine(
     QueuesMixin,
     StatsMixin,
     JobsMixin,
+    OperatorMixin,
     ClientsMixin,
     SQLitePeriodicHistoryMixin,
     BatchesMixin,

@@ -1,0 +1,110 @@
+-- Operator statements over many jobs at once (the admin's bulk actions).
+--
+-- %(ids)s is a JSON array of job IDs (hex), read with json_each. Each
+-- statement decides every job by the same rules as the one-job statements in
+-- jobs.sql: a waiting job is canceled into history and a running one gets a
+-- cancel request; a running job is neither retried nor deleted; a finished
+-- job comes back to live unless a live job holds its unique key.
+
+-- name: job_cancel_many
+-- Waiting jobs to history as canceled.
+INSERT INTO hopper_job_history (
+    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+    attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+    tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step)
+SELECT id, kind, queue, 'canceled', priority, attempt, max_attempts, scheduled_at,
+       attempted_at, attempted_by, fence, args, metadata,
+       json_insert(errors, '$[#]', json_object('at', %(at)s, 'attempt', attempt,
+                                               'error', 'canceled', 'rescue', 'canceled')),
+       unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
+       cancel_requested_at, awaited, created_at, NULL, progress, NULL, NULL, NULL,
+       %(now)s, NULL, step
+FROM hopper_job
+WHERE id IN (SELECT value FROM json_each(%(ids)s)) AND state IN ('pending', 'available', 'scheduled', 'retryable');
+
+-- name: job_cancel_many.delete
+DELETE FROM hopper_job
+WHERE id IN (SELECT value FROM json_each(%(ids)s)) AND state IN ('pending', 'available', 'scheduled', 'retryable')
+RETURNING id, awaited;
+
+-- name: job_cancel_many.request
+UPDATE hopper_job
+SET cancel_requested_at = coalesce(cancel_requested_at, %(now)s)
+WHERE id IN (SELECT value FROM json_each(%(ids)s)) AND state = 'running'
+RETURNING id;
+
+-- name: job_retry_many
+-- Finished jobs back to live, unless a live job (or an earlier job of this
+-- call) holds their unique key.
+INSERT INTO hopper_job (
+    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+    attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+    tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+    progress, lease_token, lease_expires_at, lease_renewed_at, step)
+SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
+       CASE WHEN h.attempt >= h.max_attempts THEN h.attempt + 1 ELSE h.max_attempts END,
+       %(now)s, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
+       h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, NULL, NULL,
+       h.awaited, h.created_at, NULL,
+       CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step
+FROM hopper_job_history AS h
+WHERE h.id IN (SELECT value FROM json_each(%(ids)s))
+  AND NOT EXISTS (
+      SELECT 1 FROM hopper_job AS l
+      WHERE l.kind = h.kind AND l.unique_key = h.unique_key)
+  AND (h.unique_key IS NULL OR h.id = (
+      SELECT min(o.id) FROM hopper_job_history AS o
+      WHERE o.id IN (SELECT value FROM json_each(%(ids)s)) AND o.kind = h.kind AND o.unique_key = h.unique_key));
+
+-- name: job_retry_many.history_delete
+DELETE FROM hopper_job_history
+WHERE id IN (SELECT value FROM json_each(%(ids)s)) AND id IN (SELECT id FROM hopper_job);
+
+-- name: job_retry_many.live
+UPDATE hopper_job
+SET scheduled_at = %(now)s,
+    expires_at = NULL,
+    snooze_reason = NULL,
+    state = CASE WHEN state = 'pending' THEN 'pending' ELSE 'available' END,
+    progress = CASE WHEN %(from_start)s THEN NULL ELSE progress END
+WHERE id IN (SELECT value FROM json_each(%(ids)s)) AND state <> 'running'
+RETURNING id;
+
+-- name: job_delete_many
+DELETE FROM hopper_job
+WHERE id IN (SELECT value FROM json_each(%(ids)s)) AND state <> 'running'
+RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+          attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+          tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+          progress, lease_token, lease_expires_at, lease_renewed_at, NULL, NULL, step;
+
+-- name: job_delete_many.history
+DELETE FROM hopper_job_history
+WHERE id IN (SELECT value FROM json_each(%(ids)s))
+RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+          attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+          tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+          progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step;
+
+-- name: job_delete_many.logs
+DELETE FROM hopper_job_log
+WHERE job_id IN (SELECT value FROM json_each(%(ids)s));
+
+-- name: job_cancel_many.rows
+-- The jobs, live or from history, as job_get reads one (all three methods read it).
+SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+       progress, lease_token, lease_expires_at, lease_renewed_at,
+       NULL AS finalized_at, NULL AS output, step
+FROM hopper_job
+WHERE id IN (SELECT value FROM json_each(%(ids)s))
+UNION ALL
+SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
+       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
+       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
+       progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step
+FROM hopper_job_history
+WHERE id IN (SELECT value FROM json_each(%(ids)s))
+ORDER BY finalized_at;
