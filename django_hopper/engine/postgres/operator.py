@@ -17,7 +17,7 @@ from django_hopper.engine.params import (
     JobDeleteManyParams,
     JobRetryManyParams,
 )
-from django_hopper.engine.postgres.convert import JOB_WIDTH, job_from_row
+from django_hopper.engine.postgres.convert import job_from_row
 from django_hopper.engine.postgres.support import PostgresSupport, db_errors
 from django_hopper.engine.postgres.workflows import jobs_finished
 from django_hopper.types import (

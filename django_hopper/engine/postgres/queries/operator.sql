@@ -18,19 +18,10 @@ gone AS (
     DELETE FROM hopper_job j
     USING target t
     WHERE j.id = t.id AND t.state <> 'running'
-    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
-        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
-        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+    RETURNING {job_columns:j}
 ),
 archived AS (
-    INSERT INTO hopper_job_history (id, kind, queue, state, priority, attempt, max_attempts,
-        scheduled_at, attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
-        ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at, awaited,
-        created_at, snooze_reason, progress, lease_token, lease_expires_at, lease_renewed_at,
-        step, finalized_at, output)
+    INSERT INTO hopper_job_history ({job_columns_history})
     SELECT g.id, g.kind, g.queue, 'canceled', g.priority, g.attempt, g.max_attempts,
            g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, g.metadata,
            g.errors || jsonb_build_array(jsonb_build_object(
@@ -40,35 +31,26 @@ archived AS (
            g.step,
            c.now, NULL
     FROM gone g CROSS JOIN clock c
-    RETURNING hopper_job_history.id, hopper_job_history.kind, hopper_job_history.queue,
-        hopper_job_history.state, hopper_job_history.priority, hopper_job_history.attempt,
-        hopper_job_history.max_attempts, hopper_job_history.scheduled_at,
-        hopper_job_history.attempted_at, hopper_job_history.attempted_by,
-        hopper_job_history.fence, hopper_job_history.args, hopper_job_history.metadata,
-        hopper_job_history.errors, hopper_job_history.unique_key, hopper_job_history.ordering_key,
-        hopper_job_history.partition_key, hopper_job_history.tags, hopper_job_history.batch_id,
-        hopper_job_history.expires_at, hopper_job_history.cancel_requested_at,
-        hopper_job_history.awaited, hopper_job_history.created_at,
-        hopper_job_history.snooze_reason, hopper_job_history.progress,
-        hopper_job_history.lease_token, hopper_job_history.lease_expires_at,
-        hopper_job_history.lease_renewed_at, hopper_job_history.step,
-        hopper_job_history.finalized_at, hopper_job_history.output
+    RETURNING {job_columns_history:hopper_job_history}
 ),
 requested AS (
     UPDATE hopper_job j
     SET cancel_requested_at = coalesce(j.cancel_requested_at, c.now)
     FROM target t CROSS JOIN clock c
     WHERE j.id = t.id AND t.state = 'running'
-    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
-        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
-        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+    RETURNING {job_columns:j}
 )
 SELECT * FROM archived
 UNION ALL
 SELECT * FROM requested
+
+-- name: job_cancel_many.where
+-- Which of the IDs are live (with their state) or only in history (all three methods read it).
+SELECT j.id, j.state FROM hopper_job j WHERE j.id = ANY(%(ids)s::uuid[])
+UNION ALL
+SELECT DISTINCT h.id, 'finished' FROM hopper_job_history h
+WHERE h.id = ANY(%(ids)s::uuid[])
+  AND NOT EXISTS (SELECT 1 FROM hopper_job j WHERE j.id = h.id)
 
 -- name: job_retry_many
 -- Waiting jobs run now; running ones are left alone (the caller reports them).
@@ -79,12 +61,7 @@ SET scheduled_at = coalesce(%(now)s::timestamptz, now()),
     state = CASE WHEN j.state = 'pending' THEN 'pending' ELSE 'available' END,
     progress = CASE WHEN %(from_start)s THEN NULL ELSE j.progress END
 WHERE j.id = ANY(%(ids)s::uuid[]) AND j.state <> 'running'
-RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
-    j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
-    j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at, j.cancel_requested_at,
-    j.awaited, j.created_at, j.snooze_reason, j.progress, j.lease_token, j.lease_expires_at,
-    j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+RETURNING {job_columns:j}
 
 -- name: job_retry_many.lock
 SELECT id, state FROM hopper_job WHERE id = ANY(%(ids)s::uuid[]) ORDER BY id FOR UPDATE
@@ -103,10 +80,7 @@ h AS (
     SELECT DISTINCT ON (id) * FROM locked ORDER BY id, finalized_at DESC
 ),
 revived AS (
-    INSERT INTO hopper_job AS j (id, kind, queue, state, priority, attempt, max_attempts,
-        scheduled_at, attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
-        ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at, awaited,
-        created_at, snooze_reason, progress, lease_token, lease_expires_at, lease_renewed_at, step)
+    INSERT INTO hopper_job AS j ({job_columns_live})
     SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
            CASE WHEN h.attempt >= h.max_attempts THEN h.attempt + 1 ELSE h.max_attempts END,
            c.now, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
@@ -115,12 +89,7 @@ revived AS (
            CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step
     FROM h CROSS JOIN clock c
     ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
-        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
-        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+    RETURNING {job_columns:j}
 ),
 removed AS (
     DELETE FROM hopper_job_history d USING revived r WHERE d.id = r.id
@@ -134,21 +103,12 @@ LEFT JOIN revived r ON r.id = h.id
 WITH live AS (
     DELETE FROM hopper_job j
     WHERE j.id = ANY(%(ids)s::uuid[]) AND j.state <> 'running'
-    RETURNING j.id, j.kind, j.queue, j.state, j.priority, j.attempt, j.max_attempts,
-        j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors,
-        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.snooze_reason, j.progress,
-        j.lease_token, j.lease_expires_at, j.lease_renewed_at, j.step,
-       NULL::timestamptz AS finalized_at, NULL::jsonb AS output
+    RETURNING {job_columns:j}
 ),
 hist AS (
     DELETE FROM hopper_job_history h
     WHERE h.id = ANY(%(ids)s::uuid[])
-    RETURNING h.id, h.kind, h.queue, h.state, h.priority, h.attempt, h.max_attempts,
-        h.scheduled_at, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
-        h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, h.expires_at,
-        h.cancel_requested_at, h.awaited, h.created_at, h.snooze_reason, h.progress,
-        h.lease_token, h.lease_expires_at, h.lease_renewed_at, h.step, h.finalized_at, h.output
+    RETURNING {job_columns_history:h}
 ),
 logs AS (
     DELETE FROM hopper_job_log l
@@ -157,11 +117,3 @@ logs AS (
 SELECT * FROM live
 UNION ALL
 SELECT * FROM hist
-
--- name: job_cancel_many.where
--- Which of the IDs are live (with their state) or only in history (all three methods read it).
-SELECT j.id, j.state FROM hopper_job j WHERE j.id = ANY(%(ids)s::uuid[])
-UNION ALL
-SELECT DISTINCT h.id, 'finished' FROM hopper_job_history h
-WHERE h.id = ANY(%(ids)s::uuid[])
-  AND NOT EXISTS (SELECT 1 FROM hopper_job j WHERE j.id = h.id)

@@ -8,18 +8,14 @@
 
 -- name: job_cancel_many
 -- Waiting jobs to history as canceled.
-INSERT INTO hopper_job_history (
-    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-    attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-    tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-    progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step)
+INSERT INTO hopper_job_history ({job_columns_history})
 SELECT id, kind, queue, 'canceled', priority, attempt, max_attempts, scheduled_at,
        attempted_at, attempted_by, fence, args, metadata,
        json_insert(errors, '$[#]', json_object('at', %(at)s, 'attempt', attempt,
                                                'error', 'canceled', 'rescue', 'canceled')),
        unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
        cancel_requested_at, awaited, created_at, NULL, progress, NULL, NULL, NULL,
-       %(now)s, NULL, step
+       step, %(now)s, NULL
 FROM hopper_job
 WHERE id IN (SELECT value FROM json_each(%(ids)s)) AND state IN ('pending', 'available', 'scheduled', 'retryable');
 
@@ -34,14 +30,21 @@ SET cancel_requested_at = coalesce(cancel_requested_at, %(now)s)
 WHERE id IN (SELECT value FROM json_each(%(ids)s)) AND state = 'running'
 RETURNING id;
 
+-- name: job_cancel_many.rows
+-- The jobs, live or from history, as job_get reads one (all three methods read it).
+SELECT {job_columns}
+FROM hopper_job
+WHERE id IN (SELECT value FROM json_each(%(ids)s))
+UNION ALL
+SELECT {job_columns_history}
+FROM hopper_job_history
+WHERE id IN (SELECT value FROM json_each(%(ids)s))
+ORDER BY finalized_at;
+
 -- name: job_retry_many
 -- Finished jobs back to live, unless a live job (or an earlier job of this
 -- call) holds their unique key.
-INSERT INTO hopper_job (
-    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-    attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-    tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-    progress, lease_token, lease_expires_at, lease_renewed_at, step)
+INSERT INTO hopper_job ({job_columns_live})
 SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
        CASE WHEN h.attempt >= h.max_attempts THEN h.attempt + 1 ELSE h.max_attempts END,
        %(now)s, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
@@ -55,7 +58,8 @@ WHERE h.id IN (SELECT value FROM json_each(%(ids)s))
       WHERE l.kind = h.kind AND l.unique_key = h.unique_key)
   AND (h.unique_key IS NULL OR h.id = (
       SELECT min(o.id) FROM hopper_job_history AS o
-      WHERE o.id IN (SELECT value FROM json_each(%(ids)s)) AND o.kind = h.kind AND o.unique_key = h.unique_key));
+      WHERE o.id IN (SELECT value FROM json_each(%(ids)s))
+        AND o.kind = h.kind AND o.unique_key = h.unique_key));
 
 -- name: job_retry_many.history_delete
 DELETE FROM hopper_job_history
@@ -74,37 +78,13 @@ RETURNING id;
 -- name: job_delete_many
 DELETE FROM hopper_job
 WHERE id IN (SELECT value FROM json_each(%(ids)s)) AND state <> 'running'
-RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-          attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-          tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-          progress, lease_token, lease_expires_at, lease_renewed_at, NULL, NULL, step;
+RETURNING {job_columns};
 
 -- name: job_delete_many.history
 DELETE FROM hopper_job_history
 WHERE id IN (SELECT value FROM json_each(%(ids)s))
-RETURNING id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-          attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-          tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-          progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step;
+RETURNING {job_columns_history};
 
 -- name: job_delete_many.logs
 DELETE FROM hopper_job_log
 WHERE job_id IN (SELECT value FROM json_each(%(ids)s));
-
--- name: job_cancel_many.rows
--- The jobs, live or from history, as job_get reads one (all three methods read it).
-SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-       progress, lease_token, lease_expires_at, lease_renewed_at,
-       NULL AS finalized_at, NULL AS output, step
-FROM hopper_job
-WHERE id IN (SELECT value FROM json_each(%(ids)s))
-UNION ALL
-SELECT id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, attempted_at,
-       attempted_by, fence, args, metadata, errors, unique_key, ordering_key, partition_key,
-       tags, batch_id, expires_at, cancel_requested_at, awaited, created_at, snooze_reason,
-       progress, lease_token, lease_expires_at, lease_renewed_at, finalized_at, output, step
-FROM hopper_job_history
-WHERE id IN (SELECT value FROM json_each(%(ids)s))
-ORDER BY finalized_at;
