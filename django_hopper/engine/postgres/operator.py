@@ -20,6 +20,7 @@ from django_hopper.engine.params import (
 from django_hopper.engine.postgres.convert import job_from_row
 from django_hopper.engine.postgres.support import PostgresSupport, db_errors
 from django_hopper.engine.postgres.workflows import jobs_finished
+from django_hopper.engine.queries import JOB_WIDTH
 from django_hopper.types import (
     CHANNEL_CONTROL,
     CHANNEL_DONE,
