@@ -5,6 +5,30 @@
 -- batch_settle folds in under the batch row's lock. Only the transaction whose
 -- fold brings `pending` to zero sets completed_at, so only it inserts callbacks.
 
+-- fragment: batch_fold
+-- The end of a settle: fold the progress rows of the locked batches (`target`)
+-- into them, completing those with nothing pending; return the batches folded.
+folded AS (
+    DELETE FROM hopper_batch_progress p USING target t
+    WHERE p.batch_id = t.id
+    RETURNING p.batch_id, p.done, p.failed
+),
+sums AS (
+    SELECT f.batch_id, sum(f.done) AS done, sum(f.failed) AS failed
+    FROM folded f GROUP BY f.batch_id
+),
+updated AS (
+    UPDATE hopper_batch b
+    SET pending = greatest(b.pending - coalesce(s.done, 0), 0),
+        failed = b.failed + coalesce(s.failed, 0),
+        completed_at = CASE WHEN b.pending - coalesce(s.done, 0) <= 0 THEN c.now END
+    FROM target t LEFT JOIN sums s ON s.batch_id = t.id CROSS JOIN clock c
+    WHERE b.id = t.id
+    RETURNING b.id, b.completed_at IS NOT NULL AS completed, b.failed, b.on_success,
+              b.on_failure, b.on_complete
+)
+SELECT * FROM updated ORDER BY id
+
 -- name: batch_insert
 INSERT INTO hopper_batch (id, name, is_workflow, total, pending, failed, completed_at,
                           created_at, metadata, on_success, on_failure, on_complete)
@@ -26,26 +50,7 @@ target AS (
     ORDER BY b.id
     FOR UPDATE
 ),
-folded AS (
-    DELETE FROM hopper_batch_progress p USING target t
-    WHERE p.batch_id = t.id
-    RETURNING p.batch_id, p.done, p.failed
-),
-sums AS (
-    SELECT f.batch_id, sum(f.done) AS done, sum(f.failed) AS failed
-    FROM folded f GROUP BY f.batch_id
-),
-updated AS (
-    UPDATE hopper_batch b
-    SET pending = greatest(b.pending - coalesce(s.done, 0), 0),
-        failed = b.failed + coalesce(s.failed, 0),
-        completed_at = CASE WHEN b.pending - coalesce(s.done, 0) <= 0 THEN c.now END
-    FROM target t LEFT JOIN sums s ON s.batch_id = t.id CROSS JOIN clock c
-    WHERE b.id = t.id
-    RETURNING b.id, b.completed_at IS NOT NULL AS completed, b.failed, b.on_success,
-              b.on_failure, b.on_complete
-)
-SELECT * FROM updated ORDER BY id
+{batch_fold}
 
 -- name: batch_settle.lock_timeout
 -- Bound the row-lock waits of what follows in this transaction (or savepoint);
@@ -70,26 +75,7 @@ target AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ),
-folded AS (
-    DELETE FROM hopper_batch_progress p USING target t
-    WHERE p.batch_id = t.id
-    RETURNING p.batch_id, p.done, p.failed
-),
-sums AS (
-    SELECT f.batch_id, sum(f.done) AS done, sum(f.failed) AS failed
-    FROM folded f GROUP BY f.batch_id
-),
-updated AS (
-    UPDATE hopper_batch b
-    SET pending = greatest(b.pending - coalesce(s.done, 0), 0),
-        failed = b.failed + coalesce(s.failed, 0),
-        completed_at = CASE WHEN b.pending - coalesce(s.done, 0) <= 0 THEN c.now END
-    FROM target t LEFT JOIN sums s ON s.batch_id = t.id CROSS JOIN clock c
-    WHERE b.id = t.id
-    RETURNING b.id, b.completed_at IS NOT NULL AS completed, b.failed, b.on_success,
-              b.on_failure, b.on_complete
-)
-SELECT * FROM updated ORDER BY id
+{batch_fold}
 
 -- name: batch_settle.results
 -- Dependency results nobody will read again: their workflow completed or is gone.

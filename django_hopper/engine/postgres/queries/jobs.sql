@@ -605,12 +605,8 @@ WITH target AS (
     SELECT j.id
     FROM hopper_job j
     WHERE j.id = %(id)s::uuid
-      AND j.state = 'running'
-      AND j.fence = %(fence)s
       AND j.attempt = %(attempt)s
-      AND CASE WHEN %(lease_token)s::uuid IS NULL
-               THEN j.lease_token IS NULL AND j.attempted_by = %(attempted_by)s::int8
-               ELSE j.lease_token = %(lease_token)s::uuid END
+      AND {held_by_claim}
     FOR UPDATE/*IF NO_WAIT*/ NOWAIT/*END*/
 )
 UPDATE hopper_job j

@@ -6,19 +6,17 @@
 -- lease by its TTL (lease_expires_at - lease_renewed_at) in the same
 -- statement. `result` is NULL until the step succeeds, then {"value": ...}.
 
--- name: job_step_get
--- `held` is false when the claim lost the job; the step's row follows, if any.
-WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-owner AS (
-    SELECT j.id, j.lease_token
-    FROM hopper_job j
-    WHERE j.id = %(id)s::uuid
-      AND j.state = 'running'
+-- fragment: held_by_claim
+-- The job j is running in the claim of %(fence)s, held by the client
+-- %(attempted_by)s or by the job lease %(lease_token)s (as the finalize tests it).
+j.state = 'running'
       AND j.fence = %(fence)s
       AND CASE WHEN %(lease_token)s::uuid IS NULL
                THEN j.lease_token IS NULL AND j.attempted_by = %(attempted_by)s::int8
                ELSE j.lease_token = %(lease_token)s::uuid END
-),
+
+-- fragment: lease_renewed
+-- A step boundary of a leased job (`owner`) renews its lease by its TTL.
 renewed AS (
     UPDATE hopper_job j
     SET lease_expires_at = c.now + (j.lease_expires_at - j.lease_renewed_at),
@@ -26,6 +24,17 @@ renewed AS (
     FROM owner o CROSS JOIN clock c
     WHERE j.id = o.id AND o.lease_token IS NOT NULL
 )
+
+-- name: job_step_get
+-- `held` is false when the claim lost the job; the step's row follows, if any.
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+owner AS (
+    SELECT j.id, j.lease_token
+    FROM hopper_job j
+    WHERE j.id = %(id)s::uuid
+      AND {held_by_claim}
+),
+{lease_renewed}
 SELECT EXISTS (SELECT 1 FROM owner) AS held, s.job_id, s.step, s.result, s.attempts,
        s.last_error, s.recorded_at
 FROM (SELECT 1) one
@@ -40,20 +49,10 @@ owner AS (
     SELECT j.id, j.lease_token
     FROM hopper_job j
     WHERE j.id = %(id)s::uuid
-      AND j.state = 'running'
-      AND j.fence = %(fence)s
-      AND CASE WHEN %(lease_token)s::uuid IS NULL
-               THEN j.lease_token IS NULL AND j.attempted_by = %(attempted_by)s::int8
-               ELSE j.lease_token = %(lease_token)s::uuid END
+      AND {held_by_claim}
     FOR UPDATE
 ),
-renewed AS (
-    UPDATE hopper_job j
-    SET lease_expires_at = c.now + (j.lease_expires_at - j.lease_renewed_at),
-        lease_renewed_at = c.now
-    FROM owner o CROSS JOIN clock c
-    WHERE j.id = o.id AND o.lease_token IS NOT NULL
-)
+{lease_renewed}
 INSERT INTO hopper_job_step AS s (job_id, step, result, attempts, last_error, recorded_at)
 SELECT o.id, %(step)s, %(result)s::jsonb, 1, %(error)s, c.now
 FROM owner o CROSS JOIN clock c
@@ -72,11 +71,7 @@ WITH owner AS (
     SELECT j.id
     FROM hopper_job j
     WHERE j.id = %(id)s::uuid
-      AND j.state = 'running'
-      AND j.fence = %(fence)s
-      AND CASE WHEN %(lease_token)s::uuid IS NULL
-               THEN j.lease_token IS NULL AND j.attempted_by = %(attempted_by)s::int8
-               ELSE j.lease_token = %(lease_token)s::uuid END
+      AND {held_by_claim}
     FOR UPDATE
 ),
 reset AS (
