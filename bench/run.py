@@ -686,6 +686,58 @@ class Suite:
         result["ratios"] = ratios(result)
         return result
 
+    def measure_pgbouncer(self) -> dict[str, Any]:
+        """Work the processing load directly, then through PgBouncer in each pool mode.
+
+        Workers through a transaction pooler prepare no statements and LISTEN
+        over the direct connection, as docs/deploying.md advises; the ratio
+        to direct is what the bouncer costs (an extra hop per statement, and
+        unprepared hot statements in transaction mode). ``direct_unprepared``
+        (direct, ``PREPARED_STATEMENTS`` off) separates the two costs.
+        """
+        import tempfile
+
+        from tests.pgbouncer import Bouncer
+
+        n = size("processing", self.scale)
+        out: dict[str, Any] = {}
+
+        def work(label: str) -> None:
+            for procs in (1, 2):
+                self.reset()
+                self.seed(queue="bench", n=n)
+                self.settle()
+                out[f"{label}_{procs}proc"] = self.process(n, procs)
+
+        work("direct")
+        # What a transaction pooler takes away on its own: the prepared statements.
+        os.environ["BENCH_PREPARED_STATEMENTS"] = "0"
+        try:
+            work("direct_unprepared")
+        finally:
+            del os.environ["BENCH_PREPARED_STATEMENTS"]
+        for mode in ("transaction", "session"):
+            bouncer = Bouncer(
+                Path(tempfile.mkdtemp(prefix="hopper-bench-pgbouncer-")),
+                mode,
+                server_host=str(self.target["host"]),
+                server_port=int(self.target["port"]),
+                user=str(self.target["user"]),
+            )
+            os.environ["BENCH_PGBOUNCER_PORT"] = str(bouncer.start())
+            os.environ["BENCH_PGBOUNCER_MODE"] = mode
+            try:
+                work(mode)
+            finally:
+                del os.environ["BENCH_PGBOUNCER_PORT"], os.environ["BENCH_PGBOUNCER_MODE"]
+                bouncer.stop()
+        for mode in ("direct_unprepared", "transaction", "session"):
+            for procs in (1, 2):
+                bounced = out[f"{mode}_{procs}proc"]["jobs_per_s"]
+                direct = out[f"direct_{procs}proc"]["jobs_per_s"]
+                out[f"ratio_{mode}_{procs}proc"] = round(bounced / direct, 3) if direct else None
+        return out
+
     def profile(self, path: Path) -> dict[str, Any]:
         """Run one burst worker under py-spy (raw collapsed stacks) and summarize it."""
         import shutil
@@ -968,6 +1020,10 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     django.setup()
     prepare_database()
     suite = Suite(args)
+    if args.pgbouncer:
+        figures = suite.measure_pgbouncer()
+        print(render_pgbouncer(figures), flush=True)
+        return {"pgbouncer": figures}
     runs = []
     for i in range(0 if args.profile_only else args.runs):
         suite.progress(f"run {i + 1} of {args.runs} (scale {args.scale})")
@@ -986,6 +1042,19 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
 
         print(render_summary(out["profile"]), flush=True)
     return out
+
+
+def render_pgbouncer(r: dict[str, Any]) -> str:
+    """Return the throughput through PgBouncer beside direct, as a table."""
+    lines = ["postgres: processing through PgBouncer (jobs/s; ratio to direct)"]
+    for procs in (1, 2):
+        direct = r[f"direct_{procs}proc"]["jobs_per_s"]
+        row = f"  {procs} worker process(es): direct {num(direct)}"
+        for mode in ("direct_unprepared", "transaction", "session"):
+            bounced = r[f"{mode}_{procs}proc"]["jobs_per_s"]
+            row += f", {mode} {num(bounced)} ({r[f'ratio_{mode}_{procs}proc']}x)"
+        lines.append(row)
+    return "\n".join(lines)
 
 
 def meta(args: argparse.Namespace) -> dict[str, Any]:
@@ -1025,7 +1094,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--profile-only", action="store_true", help="Only profile one worker (no measured runs)."
     )
     parser.add_argument("--quiet", action="store_true", help="No progress lines on stderr.")
+    parser.add_argument(
+        "--pgbouncer",
+        action="store_true",
+        help="PostgreSQL only: processing throughput through PgBouncer (transaction and "
+        "session pooling) as a ratio to direct, instead of the suite.",
+    )
     args = parser.parse_args(argv)
+    if args.pgbouncer and args.engine != "postgres":
+        parser.error("--pgbouncer needs --engine postgres")
     if args.runs < 1 or args.scale <= 0:
         parser.error("--runs must be at least 1 and --scale positive")
     return args

@@ -41,6 +41,15 @@ if ENGINE == "postgres":
             "OPTIONS": {"server_side_binding": os.environ.get("BENCH_SERVER_SIDE_BINDING") == "1"},
         }
     }
+    # BENCH_PGBOUNCER_PORT: a PgBouncer (python -m bench.run --pgbouncer starts one) in
+    # front of the server; "default" goes through it and "direct" bypasses it.
+    if os.environ.get("BENCH_PGBOUNCER_PORT"):
+        DATABASES["direct"] = dict(DATABASES["default"])
+        DATABASES["default"] = {
+            **DATABASES["default"],
+            "PORT": os.environ["BENCH_PGBOUNCER_PORT"],
+            "DISABLE_SERVER_SIDE_CURSORS": True,
+        }
 elif ENGINE == "sqlite":
     DATABASES = {
         "default": {
@@ -62,6 +71,11 @@ HOPPER: dict[str, Any] = {
     "DEFAULT_QUEUE": "bench",
     "IMPORTS": ["bench.jobs"],
 }
+if ENGINE == "postgres" and os.environ.get("BENCH_PGBOUNCER_PORT"):
+    HOPPER["POOLERS"] = {"default": os.environ.get("BENCH_PGBOUNCER_MODE", "transaction")}
+    HOPPER["DIRECT_DATABASES"] = {"default": "direct"}
+if os.environ.get("BENCH_PREPARED_STATEMENTS") == "0":
+    HOPPER["PREPARED_STATEMENTS"] = False
 if os.environ.get("BENCH_POLL_INTERVAL"):
     HOPPER["POLL_INTERVAL"] = float(os.environ["BENCH_POLL_INTERVAL"])
 if os.environ.get("BENCH_FLUSH_INTERVAL"):
