@@ -156,6 +156,7 @@ def test_limits__a_limited_claim_of_an_unknown_queue_claims_as_usual(
         ({"global_limit": -1}, "global_limit"),
         ({"partition_limit": "3"}, "partition_limit"),
         ({"rate_burst": 1.5}, "rate_burst"),
+        ({"rate_burst": 5}, "rate_burst"),  # a burst needs a rate
         ({"rate_per_sec": -0.5}, "rate_per_sec"),
         ({"rate_per_sec": "fast"}, "rate_per_sec"),
         ({"rate_per_sec": float("nan")}, "rate_per_sec"),
