@@ -39,9 +39,9 @@ _LAZY = {
     "Workflow": "django_hopper.workflows",
     "get_workflow": "django_hopper.workflows",
     # resumable long jobs (run / pass / step)
-    "resumable": "django_hopper.resumable",
-    "Pass": "django_hopper.resumable",
-    "Run": "django_hopper.resumable",
+    "resumable": "django_hopper.runs",
+    "Pass": "django_hopper.runs",
+    "Run": "django_hopper.runs",
     # pub/sub and streams
     "subscribe": "django_hopper.pubsub",
     "publish": "django_hopper.pubsub",
@@ -127,7 +127,7 @@ if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
         stats,
     )
     from django_hopper.registry import resolve
-    from django_hopper.resumable import Pass, Run, resumable
+    from django_hopper.runs import Pass, Run, resumable
     from django_hopper.streams import append, consume, read, seek
     from django_hopper.types import AttemptError, AttemptLog, JobRow, JobState, Progress
     from django_hopper.workflows import Workflow, get_workflow

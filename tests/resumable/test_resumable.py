@@ -12,7 +12,7 @@ from django_hopper.context import JobContext, JobSnooze
 from django_hopper.engine.base import BaseEngine, LeaseStepContract
 from django_hopper.engine.params import ClientRegisterParams, JobClaimParams, JobFinalizeParams
 from django_hopper.jobs import resolve
-from django_hopper.resumable import DuplicateStep, Pass, Run, read_progress, resumable
+from django_hopper.runs import DuplicateStep, Pass, Run, read_progress, resumable
 from django_hopper.worker.execution import _call_args, completed, failed, snoozed
 
 CALLS: list[str] = []

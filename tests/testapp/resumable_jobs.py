@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django_hopper.resumable import Pass, Run, resumable
+from django_hopper.runs import Pass, Run, resumable
 
 
 def _effect(run: Run, note: str) -> str:
