@@ -48,7 +48,7 @@ def test_advance__a_transaction_finished_past_the_stored_position_is_read() -> N
     stored = Snapshot.parse("10:13:10,12")  # 12 delivered in part, 10 committed late
     current = Snapshot.parse("13:13:")
 
-    after = advance(stored, current, 10, finished=12)  # the rest of 12, then part of 10
+    after = advance(stored, current, 10, began_inside=12)  # the rest of 12, then part of 10
 
     assert visible(after, 12)
     assert not visible(after, 10)
@@ -59,7 +59,7 @@ def test_advance__a_transaction_not_reached_stays_unread_after_a_finished_one() 
     stored = Snapshot.parse("5:12:5,8")  # 8 was open at the seek; position inside 12
     current = Snapshot.parse("13:13:")
 
-    after = advance(stored, current, 5, finished=12)
+    after = advance(stored, current, 5, began_inside=12)
 
     assert [x for x in range(3, 14) if visible(after, x)] == [3, 4, 6, 7, 9, 10, 11, 12]
 
@@ -71,3 +71,12 @@ def test_seek_snapshot__keeps_transactions_in_progress_at_the_seek_unread() -> N
 
     assert [x for x in range(5, 14) if visible(snap, x)] == [5, 6, 8, 10, 11]
     assert str(seek_snapshot(Snapshot.parse("30:30:"), 12)) == "12:12:"
+
+
+def test_advance__a_pump_that_stopped_inside_the_transaction_it_began_in_reads_nothing_else() -> (
+    None
+):
+    stored = Snapshot.parse("8:12:8")  # 8 open at a seek to a position inside 12
+    current = Snapshot.parse("13:13:")  # 8 has committed since
+
+    assert advance(stored, current, 12, began_inside=12) == stored

@@ -69,22 +69,26 @@ class Snapshot:
         return Snapshot(min(self.xmin, xid), self.xmax, self.xip | {xid})
 
 
-def advance(stored: Snapshot, current: Snapshot, xid: int, finished: int = 0) -> Snapshot:
+def advance(stored: Snapshot, current: Snapshot, xid: int, began_inside: int = 0) -> Snapshot:
     """Return the snapshot to store after delivering the delta only up to ``xid``.
 
-    The delta is the transactions visible in ``current`` and not in
-    ``stored``, delivered in xid order after the rest of the transaction the
-    stored position was inside (``finished``, when the pump went past it);
-    those below ``xid`` and ``finished`` were delivered whole, ``xid`` in part
-    (the position says how far). The result sees what ``stored`` saw plus
-    those, and nothing else: in-progress transactions (``current.xip``), the
-    stored snapshot's unread ones from ``xid`` on, and ``xid`` itself stay
-    invisible, so each is delivered once it commits, however late. Every xid
-    below the result's xmin has finished.
+    A pump delivers the rest of the transaction its stored position is inside
+    (``began_inside``, 0 for none) first, then the other transactions of the
+    delta (visible in ``current``, not in ``stored``) in xid order. A pump
+    that stopped inside ``began_inside`` delivered nothing else: ``stored``
+    stays as it is. Otherwise ``began_inside`` and the delta's transactions
+    below ``xid`` were delivered whole and ``xid`` in part (the position says
+    how far). The result sees what ``stored`` saw plus those, and nothing
+    else: in-progress transactions (``current.xip``), the stored snapshot's
+    unread ones from ``xid`` on, and ``xid`` itself stay invisible, so each is
+    delivered once it commits, however late. Every xid below the result's
+    xmin has finished.
     """
-    xmax = max(stored.xmax, xid + 1, finished + 1)
+    if began_inside and xid == began_inside:
+        return stored
+    xmax = max(stored.xmax, xid + 1, began_inside + 1)
     xip = {x for x in current.xip if x < xmax}
-    xip |= {x for x in stored.xip if xid <= x < xmax and x != finished}
+    xip |= {x for x in stored.xip if xid <= x < xmax and x != began_inside}
     xip.add(xid)
     return Snapshot(min(xip), xmax, frozenset(xip))
 
@@ -287,9 +291,7 @@ class StreamsMixin(PostgresSupport, StreamsContract):
                 snapshot, position = str(current), StreamPosition()
             else:
                 last = events[-1].position
-                began_inside = consumer.position.xid
-                finished = began_inside if began_inside and began_inside != last.xid else 0
-                snapshot = str(advance(stored, current, last.xid, finished))
+                snapshot = str(advance(stored, current, last.xid, consumer.position.xid))
                 position = last
             if events:
                 self.job_insert_many(
