@@ -53,6 +53,9 @@ class JobContext:
         self._cancelled = False
         self._lost = False
         self.progress: Progress | None = job.progress
+        #: Set when something else owns the job's progress (a resumable run
+        #: stores its committed cursor there): record_progress then refuses.
+        self.progress_owner: str | None = None
 
     # -- the claim ----------------------------------------------------------
 
@@ -115,6 +118,16 @@ class JobContext:
 
     def _progress_params(self, step: str, cursor: JSON) -> Any:
         from django_hopper.engine.params import JobRecordProgressParams
+
+        if self.progress_owner is not None:
+            from django_hopper.exceptions import InvalidJob
+
+            raise InvalidJob(
+                f"this job's progress belongs to its {self.progress_owner}: recording "
+                "progress would overwrite where the run resumes (return Pass(cursor=...) "
+                "instead)",
+                field="progress",
+            )
 
         return JobRecordProgressParams(
             id=self.job.id,

@@ -56,7 +56,7 @@ from django_hopper.jobs import EnqueueOptions, JobFunction, JobHandle
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine, LeaseStepContract
-    from django_hopper.types import JSON, JobID
+    from django_hopper.types import JSON, JobID, Progress
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -101,17 +101,62 @@ def stored_progress(
     return stored
 
 
-def read_progress(stored: Any) -> tuple[JSON, dict[str, int], int]:
-    """Return (cursor, counters, passes committed) from a job's stored progress cursor."""
-    if not isinstance(stored, dict):
-        return None, {}, 0
-    counters = stored.get("counters") or {}
-    return stored.get("cursor"), dict(counters), int(stored.get("passes") or 0)
+class ProgressNotResumable(HopperError, ValueError):
+    """A run's stored progress is not what a committed pass writes.
+
+    A resumable run reads its cursor from the job's progress; progress of any
+    other shape (recorded by a plain job, by hand, or by a different version of
+    the code) cannot say where the walk stands, and reading it as "no pass
+    committed" would restart the walk from scratch without a word. The pass
+    fails with this instead; ``retry_job(id, from_start=True)`` walks again on
+    purpose.
+    """
 
 
-def progress_done(stored: Any) -> bool:
-    """Return whether a job's stored progress is the commit of its finishing pass."""
-    return isinstance(stored, dict) and stored.get("done") is True
+def read_progress(progress: Progress | None) -> tuple[JSON, dict[str, int], int, bool]:
+    """Return (cursor, counters, passes committed, finished) from a job's stored progress.
+
+    No progress is a run before its first commit. Anything but what
+    :func:`stored_progress` writes, under the step name :data:`COMMITTED_STEP`,
+    raises :class:`ProgressNotResumable` naming it: a run never restarts
+    silently.
+    """
+    if progress is None:
+        return None, {}, 0, False
+    stored = progress.cursor
+    problem = _progress_problem(progress.step, stored)
+    if problem:
+        raise ProgressNotResumable(
+            f"the job's progress (step {progress.step!r}, cursor {_short(stored)}) is not a "
+            f"committed pass of a resumable run: {problem}. Refusing to restart the walk from "
+            "scratch: retry_job(id, from_start=True) walks again on purpose"
+        )
+    assert isinstance(stored, dict)
+    return stored["cursor"], dict(stored["counters"]), stored["passes"], stored.get("done") is True
+
+
+def _progress_problem(step: str, stored: Any) -> str:
+    """Return what makes a stored progress unlike a committed pass's, or ''."""
+    if step != COMMITTED_STEP:
+        return f"its step is not {COMMITTED_STEP!r}"
+    if not isinstance(stored, dict) or not {"cursor", "counters", "passes"} <= stored.keys():
+        return "its cursor is not an object with cursor, counters and passes"
+    counters, passes = stored["counters"], stored["passes"]
+    if not isinstance(counters, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+        for k, v in counters.items()
+    ):
+        return "its counters are not an object of integers"
+    if not isinstance(passes, int) or isinstance(passes, bool) or passes < 1:
+        return "its passes are not a positive integer"
+    if stored.get("done", False) not in (True, False):
+        return "its done mark is not true or false"
+    return ""
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def run_output(cursor: JSON, counters: dict[str, int]) -> dict[str, Any]:
@@ -144,14 +189,14 @@ class Run:
 
     def __init__(self, context: JobContext, engine: BaseEngine, claim: Claim) -> None:
         self.context = context
+        # The committed cursor lives in the job's progress: nothing else writes it.
+        context.progress_owner = "resumable run"
         self._engine = engine
         self._claim = claim
-        progress = context.job.progress
-        stored = progress.cursor if progress is not None else None
-        self._cursor, self._counters, self._passes = read_progress(stored)
+        self._cursor, self._counters, self._passes, finished = read_progress(context.job.progress)
         #: The finishing pass already committed (its worker died before the job
         #: completed): the run's output is stored, and no pass runs again.
-        self.finished = progress_done(stored)
+        self.finished = finished
         self._seen: set[str] = set()
 
     @property

@@ -11,8 +11,18 @@ import pytest
 from django_hopper.context import JobContext, JobSnooze
 from django_hopper.engine.base import BaseEngine, LeaseStepContract
 from django_hopper.engine.params import ClientRegisterParams, JobClaimParams, JobFinalizeParams
+from django_hopper.exceptions import InvalidJob
 from django_hopper.jobs import resolve
-from django_hopper.runs import DuplicateStep, Pass, Run, read_progress, resumable
+from django_hopper.models import Job
+from django_hopper.runs import (
+    DuplicateStep,
+    Pass,
+    ProgressNotResumable,
+    Run,
+    read_progress,
+    resumable,
+)
+from django_hopper.types import Progress
 from django_hopper.worker.execution import _call_args, completed, failed, snoozed
 
 CALLS: list[str] = []
@@ -104,11 +114,7 @@ def test_resumable__a_committed_pass_advances_the_cursor_and_drops_the_ledger(
 
     job = handle.refresh()
     assert job.state == "scheduled" and job.attempt == 0
-    assert read_progress(job.progress.cursor if job.progress else None) == (
-        1,
-        {"items": 1, "tuples_are_lists": 1},
-        1,
-    )
+    assert read_progress(job.progress) == (1, {"items": 1, "tuples_are_lists": 1}, 1, False)
     assert steps_of(engine, job.id) == []
     assert one_pass(engine, client_id) == "next"
     assert one_pass(engine, client_id) == "done"
@@ -129,7 +135,7 @@ def test_resumable__a_crashed_pass_keeps_its_steps_and_the_next_pass_skips_them(
     job = handle.refresh()
     assert job.state == "retryable" and job.attempt == 1
     assert steps_of(engine, job.id) == ["s1", "s2"]
-    assert read_progress(job.progress.cursor if job.progress else None)[0] == 1  # not advanced
+    assert read_progress(job.progress)[0] == 1  # not advanced
     CALLS.clear()
 
     assert one_pass(engine, client_id, now=engine.now() + HOUR) == "done"
@@ -156,7 +162,7 @@ def test_resumable__returning_none_keeps_the_cursor_and_commits_counters(
     assert one_pass(engine, client_id) == "next"
 
     job = handle.refresh()
-    assert read_progress(job.progress.cursor if job.progress else None) == (None, {"n": 2}, 2)
+    assert read_progress(job.progress) == (None, {"n": 2}, 2, False)
 
 
 def test_resumable__start_joins_the_live_run_and_a_finished_run_does_not_block(
@@ -177,7 +183,6 @@ def test_resumable__start_joins_the_live_run_and_a_finished_run_does_not_block(
 
 
 def test_resumable__arguments_must_be_json(engine: BaseEngine) -> None:
-    from django_hopper.exceptions import InvalidJob
 
     with pytest.raises(InvalidJob):
         walk.start(n=object(), instance="bad")
@@ -275,7 +280,88 @@ def test_resumable__a_driven_pass_that_died_is_taken_over_once_its_lease_expires
 
 
 def test_resumable__lease_must_be_a_positive_duration() -> None:
-    from django_hopper.exceptions import InvalidJob
 
     with pytest.raises(InvalidJob, match="lease"):
         resumable(lease=0, kind="tests.bad_lease")
+
+
+# -- progress that a committed pass did not write ----------------------------------------
+
+COMMITTED = {"cursor": 7, "counters": {"rows": 3}, "passes": 2}
+
+
+@pytest.mark.parametrize(
+    ("step", "cursor"),
+    [
+        ("import", 4200),
+        ("import", {"step": "import", "cursor": 4200}),
+        ("pass", 4200),
+        ("pass", {"cursor": 7}),
+        ("pass", {**COMMITTED, "counters": {"rows": "3"}}),
+        ("pass", {**COMMITTED, "counters": [1]}),
+        ("pass", {**COMMITTED, "passes": 0}),
+        ("pass", {**COMMITTED, "passes": True}),
+        ("pass", {**COMMITTED, "done": "yes"}),
+        ("other", COMMITTED),
+    ],
+)
+def test_read_progress__refuses_what_a_committed_pass_did_not_write(
+    step: str, cursor: object
+) -> None:
+    with pytest.raises(ProgressNotResumable, match="Refusing to restart the walk"):
+        read_progress(Progress(step=step, cursor=cursor))  # type: ignore[arg-type]
+
+
+def test_read_progress__reads_a_committed_pass_and_no_progress_as_the_start() -> None:
+    assert read_progress(None) == (None, {}, 0, False)
+    assert read_progress(Progress(step="pass", cursor=COMMITTED)) == (7, {"rows": 3}, 2, False)
+    assert read_progress(Progress(step="pass", cursor={**COMMITTED, "done": True}))[3] is True
+
+
+def set_progress(job_id: Any, step: str, cursor: object) -> None:
+    Job.objects.filter(id=job_id).update(progress={"step": step, "cursor": cursor, "at": None})
+
+
+def test_resumable__progress_without_the_run_wrapper_fails_the_pass_and_runs_no_step(
+    engine: BaseEngine, client_id: int
+) -> None:
+    handle = walk.start(n=3, instance="foreign")
+    set_progress(handle.id, "import", {"step": "import", "cursor": 4200})
+
+    assert one_pass(engine, client_id) == "failed"
+
+    job = handle.refresh()
+    assert CALLS == []  # the walk did not restart from scratch
+    assert job.state == "retryable"
+    assert "is not a committed pass of a resumable run" in job.errors[-1].error
+    assert job.progress is not None and job.progress.step == "import"  # left as found
+
+
+def test_resumable__a_driven_pass_refuses_progress_without_the_run_wrapper(
+    engine: BaseEngine,
+) -> None:
+    handle = leased.start(n=2, instance="foreign-drive")
+    set_progress(handle.id, "import", 4200)
+
+    assert leased.drive(handle.id) == "failed"
+
+    assert CALLS == []
+    assert "is not a committed pass" in handle.refresh().errors[-1].error
+
+
+@resumable(queue="rs")
+def records_progress(run: Run) -> Pass:
+    run.context.record_progress("mine", 1)
+    return Pass(done=True)
+
+
+def test_resumable__a_pass_cannot_overwrite_its_cursor_with_record_progress(
+    engine: BaseEngine, client_id: int
+) -> None:
+    handle = records_progress.start(instance="own")
+
+    assert one_pass(engine, client_id) == "failed"
+
+    job = handle.refresh()
+    assert "progress belongs to its resumable run" in job.errors[-1].error
+    assert job.progress is None

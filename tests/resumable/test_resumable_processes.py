@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from django_hopper.engine.base import BaseEngine
-from django_hopper.models import JobStep
+from django_hopper.models import Job, JobStep
 from tests.runtime.conftest import FINAL, Processes, wait_for
 from tests.testapp.models import Effect
 from tests.testapp.resumable_jobs import rs_pages
@@ -44,3 +44,21 @@ def test_worker_killed_mid_pass_resumes_without_repeating_recorded_steps(
     # never finished (so it ran once, in the pass that took over).
     assert notes == Counter({f"p{p}-{s}": 1 for p in range(3) for s in "abc"}), notes
     assert any(e.rescue for e in job.errors), job.errors
+
+
+def test_worker_refuses_a_run_whose_progress_a_pass_did_not_commit(
+    tx_engine: BaseEngine, processes: Processes
+) -> None:
+    handle = rs_pages.start(pages=3, instance="foreign")
+    Job.objects.filter(id=handle.id).update(
+        progress={"step": "import", "cursor": 4200, "at": None}, max_attempts=1
+    )
+
+    proc = processes.start("--burst", "--queues", "default:1")
+    assert proc.wait(60) == 0, processes.logs()
+
+    job = wait_for(lambda: (j := handle.refresh()).state in FINAL and j, timeout=60)
+    assert job.state == "discarded", processes.logs()
+    assert all("is not a committed pass of a resumable run" in e.error for e in job.errors)
+    assert not Effect.objects.filter(job_id=handle.id).exists()  # no step ran: no restart
+    assert job.progress is not None and job.progress.cursor == 4200
