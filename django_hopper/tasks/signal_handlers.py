@@ -125,13 +125,20 @@ def _outside_event_loop(fn: Callable[..., None], *args: Any) -> None:
     attempt ending on the worker's loop), ``fn`` runs in a thread of its own
     while this one waits, as long as the receivers would have taken here.
     """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        fn(*args)
+    if not _on_event_loop():
+        fn(*args)  # not inside the except: a receiver must not see that RuntimeError
         return
     context = contextvars.copy_context()
     _sync_executor().submit(context.run, _with_fresh_connections, fn, *args).result()
+
+
+def _on_event_loop() -> bool:
+    """Return whether this thread is running an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _with_fresh_connections(fn: Callable[..., None], *args: Any) -> None:
