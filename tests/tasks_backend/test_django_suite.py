@@ -119,6 +119,16 @@ def test_using_unknown_backend() -> None:
         test_tasks.noop_task.using(backend="unknown")
 
 
+def test_using_missing_backend(settings: Any) -> None:
+    settings.TASKS = {**test_tasks.TASKS, "missing": {"BACKEND": "does.not.exist"}}
+    assert test_tasks.noop_task.backend == "default"
+    with pytest.raises(
+        InvalidTaskBackend,
+        match=re.escape("Could not find backend 'does.not.exist': No module named 'does'"),
+    ):
+        test_tasks.noop_task.using(backend="missing")
+
+
 def test_using_creates_new_instance() -> None:
     new_task = test_tasks.noop_task.using()
     assert new_task == test_tasks.noop_task
@@ -231,6 +241,10 @@ def test_invalid_function() -> None:
 def test_get_backend() -> None:
     assert test_tasks.noop_task.backend == "default"
     assert isinstance(test_tasks.noop_task.get_backend(), HopperBackend)
+    other_task = test_tasks.noop_task.using(backend="retrying")
+    assert other_task.backend == "retrying"
+    assert isinstance(other_task.get_backend(), HopperBackend)
+    assert other_task.get_backend() is not test_tasks.noop_task.get_backend()
 
 
 def test_name() -> None:
@@ -262,10 +276,62 @@ def test_pickle_task_result(db: None) -> None:
     assert pickle.loads(pickle.dumps(result)) == result
 
 
+needs_task_reconstruct = pytest.mark.skipif(
+    NAMESPACE != "django.tasks", reason="Task._reconstruct (unpickling) is Django 6's"
+)
+
+
+@needs_task_reconstruct
+def test_unpickle_arbitrary_string() -> None:
+    msg = "Expected 'does.not.exist.fake_task' to point to a Task instance."
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        Task._reconstruct({"func": "does.not.exist.fake_task"})
+
+
+@needs_task_reconstruct
+def test_unpickle_non_task_object() -> None:
+    msg = "Expected 'builtins.any' to point to a Task instance."
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        Task._reconstruct({"func": "builtins.any"})
+
+
+def test_task_error_invalid_exception(tx_engine: Any, run_worker: Any) -> None:
+    with assert_logs(NAMESPACE):
+        result = test_tasks.failing_task_value_error.enqueue()
+        run_worker()
+    result.refresh()
+    assert len(result.errors) == 1
+    object.__setattr__(result.errors[0], "exception_class_path", "subprocess.run")
+    with pytest.raises(
+        ValueError, match=re.escape("'subprocess.run' does not reference a valid exception.")
+    ):
+        _ = result.errors[0].exception_class
+
+
+def test_task_error_unknown_module(tx_engine: Any, run_worker: Any) -> None:
+    with assert_logs(NAMESPACE):
+        result = test_tasks.failing_task_value_error.enqueue()
+        run_worker()
+    result.refresh()
+    assert len(result.errors) == 1
+    object.__setattr__(result.errors[0], "exception_class_path", "does.not.exist")
+    with pytest.raises(ImportError):
+        _ = result.errors[0].exception_class
+
+
 def test_no_backends(settings: Any) -> None:
     settings.TASKS = {}
     with pytest.raises(InvalidTaskBackend):
         test_tasks.noop_task.enqueue()
+
+
+@pytest.mark.skipif(
+    NAMESPACE != "django.tasks", reason="the backport's @task does not check run_after"
+)
+def test_run_after_in_decorator() -> None:
+    msg = "run_after cannot be defined statically with the @task decorator."
+    with pytest.raises(TypeError, match=re.escape(msg)):
+        task(run_after=timezone.now())(test_tasks.calculate_meaning_of_life.func)
 
 
 def test_takes_context_without_taking_context() -> None:
