@@ -107,3 +107,78 @@ class RunSQLIf(migrations.RunSQL):
     ) -> None:
         if self._applies(schema_editor):
             super().database_backwards(app_label, schema_editor, from_state, to_state)
+
+
+def _concurrently(schema_editor: Any) -> bool:
+    """Whether index DDL should run concurrently: where writers run side by side.
+
+    A single-writer engine (SQLite) has no concurrent writers to keep going
+    and no concurrent build.
+    """
+    features = _features(schema_editor)
+    return bool(features and not features.single_writer)
+
+
+class AddIndexConcurrently(migrations.AddIndex):
+    """``AddIndex`` that builds without blocking writes where writers run concurrently.
+
+    ``CREATE INDEX CONCURRENTLY`` takes a SHARE UPDATE EXCLUSIVE lock, which
+    inserts, claims and finalizes never wait for; a plain ``CREATE INDEX`` holds
+    a SHARE lock, which stops every write to the table until the build ends.
+    It cannot run in a transaction: the migration says ``atomic = False``. A
+    build that fails leaves an invalid index: drop it and migrate again.
+    """
+
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        if _concurrently(schema_editor):
+            schema_editor.add_index(model, self.index, concurrently=True)
+        else:
+            schema_editor.add_index(model, self.index)
+
+    def database_backwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        model = from_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        if _concurrently(schema_editor):
+            schema_editor.remove_index(model, self.index, concurrently=True)
+        else:
+            schema_editor.remove_index(model, self.index)
+
+
+class RemoveIndexConcurrently(migrations.RemoveIndex):
+    """``RemoveIndex`` as ``DROP INDEX CONCURRENTLY`` where writers run concurrently.
+
+    A plain ``DROP INDEX`` takes an ACCESS EXCLUSIVE lock on the table, and
+    while it waits for one every later query queues behind it.
+    """
+
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        model = from_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        index = from_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
+        if _concurrently(schema_editor):
+            schema_editor.remove_index(model, index, concurrently=True)
+        else:
+            schema_editor.remove_index(model, index)
+
+    def database_backwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        index = to_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
+        if _concurrently(schema_editor):
+            schema_editor.add_index(model, index, concurrently=True)
+        else:
+            schema_editor.add_index(model, index)

@@ -2,19 +2,23 @@
 
 from django.db import migrations, models
 
+import django_hopper.migration_operations
+
 
 class Migration(migrations.Migration):
+    # The index is built concurrently (no write waits for it), outside a transaction.
+    atomic = False
 
     dependencies = [
         ('django_hopper', '0002_workflows_periodic'),
     ]
 
     operations = [
-        migrations.RemoveIndex(
+        django_hopper.migration_operations.RemoveIndexConcurrently(
             model_name='job',
             name='hopper_job_claim',
         ),
-        migrations.AddIndex(
+        django_hopper.migration_operations.AddIndexConcurrently(
             model_name='job',
             index=models.Index(models.F('queue'), models.OrderBy(models.F('priority'), descending=True), models.F('scheduled_at'), models.F('id'), condition=models.Q(('ordering_key__isnull', True), ('state', 'available')), name='hopper_job_claim'),
         ),

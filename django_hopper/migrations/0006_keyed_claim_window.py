@@ -2,15 +2,19 @@
 
 from django.db import migrations, models
 
+import django_hopper.migration_operations
+
 
 class Migration(migrations.Migration):
+    # The index is built concurrently (no write waits for it), outside a transaction.
+    atomic = False
 
     dependencies = [
         ('django_hopper', '0005_hot_table_autovacuum'),
     ]
 
     operations = [
-        migrations.AddIndex(
+        django_hopper.migration_operations.AddIndexConcurrently(
             model_name='job',
             index=models.Index(models.F('queue'), models.OrderBy(models.F('priority'), descending=True), models.F('scheduled_at'), models.F('id'), condition=models.Q(('ordering_key__isnull', False), ('state__in', ('available', 'scheduled', 'retryable'))), name='hopper_job_keyed'),
         ),

@@ -1,0 +1,203 @@
+"""Every migration is safe to run while workers run (PostgreSQL).
+
+A fresh database is migrated from zero to the latest migration one step at a
+time. During each step a worker's transaction is open on every hopper table
+(ROW EXCLUSIVE, what an insert, claim or finalize holds) for a while, and a
+probe keeps asking for the same lock with a short ``lock_timeout``, as the
+next insert, claim or finalize would. A step that needs a lock conflicting
+with writes (a plain ``CREATE INDEX``: SHARE; ``ALTER TABLE``, ``DROP INDEX``:
+ACCESS EXCLUSIVE) queues behind the open transaction, and every write queues
+behind it: the probe times out. Only the steps listed in
+``BRIEF_ACCESS_EXCLUSIVE`` may do that (catalog-only changes that
+docs/deploying.md says to run with a ``lock_timeout``); an index on a live
+table is built concurrently. The probe's longest wait per step is printed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from django_hopper import migrations as hopper_migrations
+from tests.runtime.conftest import ROOT
+from tests.topology.conftest import requires_postgres
+
+pytestmark = [pytest.mark.processes, requires_postgres]
+
+#: Steps that briefly need ACCESS EXCLUSIVE on a live table (catalog-only: a
+#: nullable column without a default), and why that is acceptable.
+BRIEF_ACCESS_EXCLUSIVE = {
+    "0002_workflows_periodic": "ADD COLUMN step (nullable, no default): a catalog change",
+}
+#: How long the worker's transaction stays open during each step (seconds).
+HOLD = 2.0
+#: The probe's lock_timeout: a write waiting this long is counted as blocked.
+PROBE_TIMEOUT_MS = 300
+
+
+def migration_names() -> list[str]:
+    folder = Path(hopper_migrations.__file__).parent
+    return sorted(p.stem for p in folder.glob("0*.py"))
+
+
+def server() -> dict[str, Any]:
+    from django.conf import settings
+
+    db = settings.DATABASES.get("direct", settings.DATABASES["default"])
+    return {"host": db["HOST"], "port": db["PORT"], "user": db["USER"], "password": db["PASSWORD"]}
+
+
+@pytest.fixture
+def fresh_database():
+    """An empty database of its own, dropped afterwards."""
+    name = "test_hopper_migrations_" + os.environ.get("HOPPER_TEST_DB_SUFFIX", "main")
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    with psycopg.connect(**server(), dbname="postgres", autocommit=True) as conn:
+        conn.execute(drop)
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield name
+    with psycopg.connect(**server(), dbname="postgres", autocommit=True) as conn:
+        conn.execute(drop)
+
+
+def migrate_command(db_name: str, target: str) -> list[str]:
+    return [sys.executable, "-m", "django", "migrate", "django_hopper", target, "-v", "0"]
+
+
+def migrate_env(db_name: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "HOPPER_TEST_DATABASE": "postgres",
+            "HOPPER_TEST_DB_NAME": db_name,
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    # Straight to the server: a bouncer (scripts/test's pass) is not where DDL goes.
+    env.pop("HOPPER_TEST_PGBOUNCER_PORT", None)
+    env["PGPORT"] = str(server()["port"])
+    return env
+
+
+def hopper_tables(conn: psycopg.Connection[Any]) -> list[str]:
+    rows = conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') "
+        "AND c.relname LIKE 'hopper\\_%' AND NOT c.relispartition ORDER BY 1"
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def waiting(probe: psycopg.Connection[Any]) -> bool:
+    """Return whether another session of the database waits for a lock (the migration)."""
+    row = probe.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE NOT l.granted AND a.datname = current_database() AND l.pid <> pg_backend_pid())"
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def step_under_load(db_name: str, target: str) -> dict[str, float]:
+    """Apply one migration while a write transaction is open; return the probe's waits."""
+    info = {**server(), "dbname": db_name}
+    waits: dict[str, float] = {}
+    with psycopg.connect(**info) as worker, psycopg.connect(**info, autocommit=True) as probe:
+        tables = hopper_tables(worker)
+        for table in tables:
+            worker.execute(
+                sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(sql.Identifier(table))
+            )
+        proc = subprocess.Popen(
+            migrate_command(db_name, target),
+            cwd=ROOT,
+            env=migrate_env(db_name),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        probe.execute(f"SET lock_timeout = '{PROBE_TIMEOUT_MS}ms'")
+        # The worker's transaction ends HOLD seconds after the migration first
+        # waits for a lock (the process needs a while to start), or when it ends.
+        release_at: float | None = None
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            if release_at is None and waiting(probe):
+                release_at = time.monotonic() + HOLD
+            if release_at is not None and time.monotonic() >= release_at:
+                worker.commit()
+                release_at = float("inf")
+            for table in tables:
+                started = time.monotonic()
+                try:
+                    with probe.transaction():
+                        probe.execute(
+                            sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(
+                                sql.Identifier(table)
+                            )
+                        )
+                except psycopg.errors.LockNotAvailable:
+                    pass
+                waited = time.monotonic() - started
+                waits[table] = max(waits.get(table, 0.0), waited)
+            time.sleep(0.02)
+        worker.commit()
+        out = proc.communicate(timeout=120)[0].decode(errors="replace")
+        assert proc.returncode == 0, f"migrate {target} failed: {out}"
+    return waits
+
+
+def test_migrations__every_step_lets_writes_go_on_but_the_documented_catalog_changes(
+    fresh_database,
+):
+    names = migration_names()
+    first = subprocess.run(
+        migrate_command(fresh_database, names[0]),
+        cwd=ROOT,
+        env=migrate_env(fresh_database),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert first.returncode == 0, first.stdout + first.stderr
+
+    blocking: dict[str, dict[str, float]] = {}
+    report = []
+    for name in names[1:]:
+        waits = step_under_load(fresh_database, name)
+        blocked = {t: w for t, w in waits.items() if w >= PROBE_TIMEOUT_MS / 1000}
+        if blocked:
+            blocking[name] = blocked
+        longest = max(waits.values(), default=0.0)
+        verdict = f"writes blocked on {', '.join(blocked)}" if blocked else "writes went on"
+        report.append(f"{name}: longest probe wait {longest:.3f}s ({verdict})")
+    print("\n" + "\n".join(report))
+
+    assert set(blocking) == set(BRIEF_ACCESS_EXCLUSIVE), blocking
+
+
+def test_migrations__an_index_on_a_live_table_is_built_concurrently():
+    from django.db.migrations.loader import MigrationLoader
+
+    from django_hopper.migration_operations import AddIndexConcurrently, RemoveIndexConcurrently
+
+    loader = MigrationLoader(None, ignore_no_migrations=True)
+    plain = []
+    for (app, name), migration in sorted(loader.disk_migrations.items()):
+        if app != "django_hopper" or name == "0001_initial":
+            continue  # 0001 creates the tables: nothing lives in them yet
+        for op in migration.operations:
+            index_op = type(op).__name__ in ("AddIndex", "RemoveIndex")
+            concurrent = isinstance(op, AddIndexConcurrently | RemoveIndexConcurrently)
+            if index_op and not concurrent:
+                plain.append(f"{name}: {op.describe()}")
+            if concurrent:
+                assert migration.atomic is False, f"{name} must say atomic = False"
+    assert plain == []
