@@ -265,3 +265,20 @@ def test_cancel_and_delete__work_on_a_job_whose_errors_do_not_decode(
         assert row.errors[-1].rescue == "canceled"
     assert gone.id == deleted.id
     assert engine.job_get(deleted.id) is None
+
+
+def test_api__get_job_and_list_jobs_report_a_bad_row_and_read_every_other(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    from django_hopper import api
+
+    ok = insert(engine, db_now, queue="api-reads", args={"n": 1})
+    bad = insert(engine, db_now, queue="api-reads", args={"n": 2})
+    store_raw(bad.id, "progress", '"halfway"')
+
+    row = api.get_job(bad.id)
+    page = api.list_jobs(queue="api-reads")
+
+    assert row.progress is None and row.decode_error is not None
+    assert row.decode_error.startswith("progress: expected a JSON object")
+    assert [(j.id, j.decode_error is None) for j in page] == [(ok.id, True), (bad.id, False)]
