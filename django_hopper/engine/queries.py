@@ -20,7 +20,7 @@ written once per engine and every statement the server sees is plain SQL:
   is the pair of NULLs, typed as it needs them, that stand for
   ``finalized_at, output`` on a live row). A brace word that names no fragment
   is left alone, for the few statements a caller formats itself
-  (``PRAGMA busy_timeout = {ms}``).
+  (``PRAGMA busy_timeout = {ms}``). A fragment may use other fragments.
 * **Variants.** A line ``-- variant: <name> FLAG [FLAG ...]`` inside a block
   declares a second query made from the same text with those flags on
   (``-- variant: job_claim.limited LIMITED``); the block's own query has every
@@ -131,7 +131,13 @@ def _expand(text: str, fragments: dict[str, str]) -> str:
             return fragments[name]
         return m.group(0)
 
-    return _FRAGMENT.sub(one, text)
+    # A fragment may use others (and the column lists): expand until nothing changes.
+    for _ in range(8):
+        expanded = _FRAGMENT.sub(one, text)
+        if expanded == text:
+            return text
+        text = expanded
+    raise ValueError("fragments nest too deep (or use themselves)")
 
 
 def _strip(body: str) -> str:

@@ -161,3 +161,15 @@ def test_queries__name_every_column_of_a_job_row_once() -> None:
     assert len(set(JOB_COLUMNS)) == JOB_WIDTH
     assert [getattr(COL, name) for name in JOB_COLUMNS] == list(range(JOB_WIDTH))
     assert JOB_COLUMNS[-3:] == ("step", "finalized_at", "output")
+
+
+def test_queries__a_fragment_may_use_other_fragments_but_not_itself() -> None:
+    queries = parse(
+        "-- fragment: inner\nx = 1\n"
+        "-- fragment: outer\nWHERE {inner} AND {job_columns_live:j} IS NOT NULL\n"
+        "-- name: q\nSELECT 1 FROM t {outer}\n"
+    )
+
+    assert queries["q"].startswith("SELECT 1 FROM t WHERE x = 1 AND j.id, j.kind")
+    with pytest.raises(ValueError, match="nest"):
+        parse("-- fragment: loop\n{loop}\n-- name: q\nSELECT {loop}\n")

@@ -666,14 +666,10 @@ SELECT * FROM (
 ORDER BY u.id/*IF NEWEST_FIRST*/ DESC/*END*/
 LIMIT %(limit)s
 
--- name: job_cancel
--- A waiting job moves to history as canceled; a running one gets a cancel
--- request (an earlier request's time is kept). Returns the job afterwards, or
--- nothing when it is not live.
-WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-target AS (
-    SELECT j.id, j.state FROM hopper_job j WHERE j.id = %(id)s::uuid FOR UPDATE
-),
+-- fragment: job_cancel_targets
+-- job_cancel's decision for each locked job of `target` (id, state): a waiting
+-- one moves to history as canceled, a running one gets a cancel request; the
+-- jobs as they are afterwards. job_cancel_many (operator.sql) shares it.
 gone AS (
     DELETE FROM hopper_job j
     USING target t
@@ -704,6 +700,31 @@ SELECT * FROM archived
 UNION ALL
 SELECT * FROM requested
 
+-- name: job_cancel
+-- A waiting job moves to history as canceled; a running one gets a cancel
+-- request (an earlier request's time is kept). Returns the job afterwards, or
+-- nothing when it is not live.
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+target AS (
+    SELECT j.id, j.state FROM hopper_job j WHERE j.id = %(id)s::uuid FOR UPDATE
+),
+{job_cancel_targets}
+
+-- fragment: job_revive
+-- Finished jobs `h` back to live: available now, one more attempt allowed if
+-- they had run out, progress kept unless %(from_start)s; a live job holding the
+-- unique key makes the insert skip one (job_retry.history, job_retry_many).
+INSERT INTO hopper_job AS j ({job_columns_live})
+    SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
+           CASE WHEN h.attempt >= h.max_attempts THEN h.attempt + 1 ELSE h.max_attempts END,
+           c.now, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
+           h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, NULL, NULL,
+           h.awaited, h.created_at, NULL,
+           CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step
+    FROM h CROSS JOIN clock c
+    ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING {job_columns:j}
+
 -- name: job_retry.lock
 SELECT state FROM hopper_job WHERE id = %(id)s::uuid FOR UPDATE
 
@@ -731,16 +752,7 @@ h AS (
     FOR UPDATE
 ),
 revived AS (
-    INSERT INTO hopper_job AS j ({job_columns_live})
-    SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
-           CASE WHEN h.attempt >= h.max_attempts THEN h.attempt + 1 ELSE h.max_attempts END,
-           c.now, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
-           h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, NULL, NULL,
-           h.awaited, h.created_at, NULL,
-           CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step
-    FROM h CROSS JOIN clock c
-    ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
-    RETURNING {job_columns:j}
+    {job_revive}
 ),
 removed AS (
     DELETE FROM hopper_job_history d USING revived r WHERE d.id = r.id

@@ -469,8 +469,9 @@ SET cancel_requested_at = coalesce(cancel_requested_at, %(now)s)
 WHERE id = %(id)s AND state = 'running';
 
 
--- name: job_retry
--- From history back to live, available now, unless a live job holds its unique key.
+-- fragment: job_revive
+-- A finished job h back to live: available now, one more attempt allowed if it
+-- had run out, its progress kept unless %(from_start)s (job_retry, job_retry_many).
 INSERT INTO hopper_job ({job_columns_live})
 SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
        CASE WHEN h.attempt >= h.max_attempts THEN h.attempt + 1 ELSE h.max_attempts END,
@@ -479,6 +480,10 @@ SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
        h.awaited, h.created_at, NULL,
        CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step
 FROM hopper_job_history AS h
+
+-- name: job_retry
+-- From history back to live, available now, unless a live job holds its unique key.
+{job_revive}
 WHERE h.id = %(id)s
   AND NOT EXISTS (
       SELECT 1 FROM hopper_job AS l

@@ -44,14 +44,7 @@ ORDER BY finalized_at;
 -- name: job_retry_many
 -- Finished jobs back to live, unless a live job (or an earlier job of this
 -- call) holds their unique key.
-INSERT INTO hopper_job ({job_columns_live})
-SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
-       CASE WHEN h.attempt >= h.max_attempts THEN h.attempt + 1 ELSE h.max_attempts END,
-       %(now)s, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
-       h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, NULL, NULL,
-       h.awaited, h.created_at, NULL,
-       CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step
-FROM hopper_job_history AS h
+{job_revive}
 WHERE h.id IN (SELECT value FROM json_each(%(ids)s))
   AND NOT EXISTS (
       SELECT 1 FROM hopper_job AS l
