@@ -135,6 +135,8 @@ def _expand(text: str, fragments: dict[str, str]) -> str:
     for _ in range(8):
         expanded = _FRAGMENT.sub(one, text)
         if expanded == text:
+            if any(m.group(1) in fragments for m in _FRAGMENT.finditer(text)):
+                break  # a fragment that expands to itself
             return text
         text = expanded
     raise ValueError("fragments nest too deep (or use themselves)")
