@@ -3,27 +3,34 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import Model, QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from django_hopper import api
+from django_hopper.admin.bulk import count_into
 from django_hopper.admin.common import (
     EMPTY,
     FieldsetsViewAdmin,
+    Outcomes,
     UUIDSearchMixin,
     admin_url,
     job_link,
     pretty,
     time_column,
 )
+from django_hopper.admin.graph import dag_svg
 from django_hopper.exceptions import HopperError
-from django_hopper.models import (
-    Batch,
-)
+from django_hopper.models import LIVE_STATES, Batch
+from django_hopper.workflows import get_workflow
 
 
 class BatchCompletedFilter(admin.SimpleListFilter):
@@ -74,12 +81,27 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
     def get_fieldsets(self, request: HttpRequest, obj: Model | None = None) -> Any:
         """Add the steps and edges of a workflow."""
         if isinstance(obj, Batch) and obj.is_workflow:
-            return (*self.fieldsets, ("Steps", {"fields": ("workflow_steps",)}))
+            return (*self.fieldsets, ("Steps", {"fields": ("workflow_graph", "workflow_steps")}))
         return self.fieldsets
 
     @admin.display(description="progress")
     def progress(self, obj: Batch) -> str:
-        """Show progress as the api reads it: the finishes not yet folded counted in."""
+        """Show progress: a workflow's from its steps' states now, a batch's as the api reads it.
+
+        A retried step of a finished workflow is live again, so the stored
+        counters (folded once, when the step first finished) no longer say
+        what the workflow is doing; the steps do.
+        """
+        if obj.is_workflow:
+            try:
+                wf = get_workflow(obj.id)
+            except HopperError as exc:
+                return f"progress unavailable: {exc}"
+            states = Counter(j.state for j in wf.jobs)
+            live = sum(n for s, n in states.items() if s in LIVE_STATES)
+            parts = [f"{n} {s}" for s, n in sorted(states.items())]
+            state = "open" if live else "finished"
+            return f"{state}: {len(wf.jobs)} steps: {', '.join(parts) or 'none'}"
         from django_hopper.batches import get_batch
 
         try:
@@ -92,6 +114,76 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
             f"{state}: {done} of {row.total} finished ({row.failed} canceled or discarded), "
             f"{row.pending} pending"
         )
+
+    @admin.display(description="graph")
+    def workflow_graph(self, obj: Batch) -> SafeString:
+        """Draw the workflow's steps and edges as an SVG, each step linked to its job."""
+        try:
+            wf = get_workflow(obj.id)
+        except HopperError as exc:
+            return format_html("<em>workflow unavailable: {}</em>", exc)
+        return dag_svg(wf)
+
+    # -- the workflow page's buttons ---------------------------------------------------
+
+    change_form_template = "admin/django_hopper/batch/change_form.html"
+
+    def get_urls(self) -> list[URLPattern]:
+        opts = self.opts
+        act = path(
+            "<path:object_id>/act/",
+            self.admin_site.admin_view(self.act_view),
+            name=f"{opts.app_label}_{opts.model_name}_act",
+        )
+        return [act, *super().get_urls()]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        can = request.user.has_perm("django_hopper.change_job") and request.user.has_perm(
+            "django_hopper.change_jobhistory"
+        )
+        context = {
+            **(extra_context or {}),
+            "hopper_act_url": admin_url("batch", "act", object_id),
+            "hopper_can_operate": can,
+        }
+        return super().change_view(request, object_id, form_url, context)
+
+    def act_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Retry a workflow's failed steps, or cancel its steps not yet finished."""
+        back = HttpResponseRedirect(admin_url("batch", "change", object_id))
+        if request.method != "POST":
+            return back
+        can = request.user.has_perm("django_hopper.change_job") and request.user.has_perm(
+            "django_hopper.change_jobhistory"
+        )
+        if not can:
+            raise PermissionDenied
+        verb = request.POST.get("verb")
+        try:
+            wf = get_workflow(uuid.UUID(unquote(object_id)))
+        except (ValueError, HopperError) as exc:
+            raise Http404(str(exc)) from None
+        if verb == "retry_failed":
+            ids = [j.id for j in wf.jobs if j.state in ("discarded", "canceled")]
+            outcomes = Outcomes("retry failed steps of", "job")
+            count_into(outcomes, api.retry_jobs(ids))
+        elif verb == "cancel_rest":
+            ids = [j.id for j in wf.jobs if j.state in LIVE_STATES]
+            outcomes = Outcomes("cancel the rest of", "job")
+            count_into(outcomes, api.cancel_jobs(ids))
+        else:
+            raise Http404(f"no workflow action {verb!r}")
+        if outcomes.total:
+            self.report(request, outcomes, object_id)
+        else:
+            self.message_user(request, "No step to act on.", messages.WARNING)
+        return back
 
     @admin.display(description="jobs")
     def jobs_links(self, obj: Batch) -> SafeString:
@@ -130,8 +222,6 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
     @admin.display(description="steps")
     def workflow_steps(self, obj: Batch) -> SafeString:
         """Show each job of the workflow (step, state, link) and the jobs it runs after."""
-        from django_hopper.workflows import get_workflow
-
         try:
             wf = get_workflow(obj.id)
         except HopperError as exc:

@@ -215,6 +215,11 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     """
 
     show_full_result_count = False  # no second COUNT(*) of the unfiltered table
+
+    class Media:
+        css = {"all": ("django_hopper/admin.css",)}
+        js = ("django_hopper/admin.js",)
+
     show_facets = admin.ShowFacets.NEVER  # a count per filter choice, over the whole table
 
     def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:

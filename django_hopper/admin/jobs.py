@@ -7,13 +7,16 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import Model, QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from django_hopper import api
-from django_hopper.admin.bulk import apply_in_chunks
+from django_hopper.admin.bulk import apply_in_chunks, count_into
 from django_hopper.admin.common import (
     EMPTY,
     FieldsetsViewAdmin,
@@ -21,8 +24,11 @@ from django_hopper.admin.common import (
     admin_url,
     job_link,
     job_refs,
+    job_url,
     pretty,
+    seconds_text,
     time_column,
+    time_text,
 )
 from django_hopper.admin.filters import KindFilter, QueueFilter, StateFilter
 from django_hopper.exceptions import HopperError
@@ -64,7 +70,16 @@ class JobAdminBase(FieldsetsViewAdmin):
         (None, {"fields": ("id", "kind", "queue", "state", "priority", "attempts")}),
         (
             "Times",
-            {"fields": ("created", "scheduled", "attempted", "expires", "cancel_requested")},
+            {
+                "fields": (
+                    "created",
+                    "scheduled",
+                    "attempted",
+                    "expires",
+                    "cancel_requested",
+                    "timeline",
+                )
+            },
         ),
         ("Input", {"fields": ("args_pretty", "metadata_pretty", "tags", "keys")}),
         ("Run", {"fields": ("attempted_by", "fence", "snooze_reason", "progress_pretty")}),
@@ -104,6 +119,8 @@ class JobAdminBase(FieldsetsViewAdmin):
         needle = term.lower()
         kinds = {term, *(kind for kind in registry if needle in kind.lower())}
         return queryset.filter(kind__in=sorted(kinds)), False
+
+    change_form_template = "admin/django_hopper/job/change_form.html"
 
     def get_fieldsets(self, request: HttpRequest, obj: Model | None = None) -> Any:
         """Add the batch and workflow section to jobs that belong to one."""
@@ -189,11 +206,12 @@ class JobAdminBase(FieldsetsViewAdmin):
             return mark_safe(EMPTY)
         return format_html_join(
             "",
-            "<div><strong>attempt {} at {}{}</strong>: {}<pre>{}</pre></div>",
+            '<div class="hopper-error"><strong>attempt {} at {}{}</strong>: '
+            '<pre class="hopper-pre">{}\n{}</pre></div>',
             (
                 (
                     e.attempt,
-                    e.at.isoformat() if e.at else EMPTY,
+                    time_text(e.at),
                     f" ({e.rescue})" if e.rescue else "",
                     e.error,
                     e.trace,
@@ -213,9 +231,125 @@ class JobAdminBase(FieldsetsViewAdmin):
             return mark_safe(EMPTY)
         return format_html_join(
             "",
-            "<div><strong>attempt {}{}</strong><pre>{}</pre></div>",
+            '<div><strong>attempt {}{}</strong><pre class="hopper-pre">{}</pre></div>',
             ((log.attempt, " (snoozed)" if log.snoozed else "", log.log) for log in logs),
         )
+
+    @admin.display(description="timeline")
+    def timeline(self, obj: Job | JobHistory) -> SafeString:
+        """Show the job's life: enqueued, each attempt's end, the current attempt, the finish.
+
+        Each failed attempt left its error (with its time); the last attempt's
+        start and client are on the row; durations are between those times.
+        """
+        entries = [AttemptError.from_json(e) for e in (obj.errors or []) if isinstance(e, dict)]
+        rows: list[tuple[str, str, str]] = [
+            (time_text(obj.created_at), "enqueued", f"scheduled for {time_text(obj.scheduled_at)}")
+        ]
+        for e in entries:
+            what = f"attempt {e.attempt} ended: {e.rescue or 'failed'}"
+            rows.append((time_text(e.at), what, e.error.splitlines()[0] if e.error else ""))
+        if obj.attempted_at is not None:
+            by = f"by client {obj.attempted_by}" if obj.attempted_by else ""
+            wait = obj.attempted_at - obj.scheduled_at
+            waited = f", {seconds_text(wait)} after its scheduled time" if wait.days >= 0 else ""
+            rows.append(
+                (time_text(obj.attempted_at), f"attempt {obj.attempt} started", by + waited)
+            )
+        finalized = getattr(obj, "finalized_at", None)
+        if finalized is not None:
+            ran = f"ran {seconds_text(finalized - obj.attempted_at)}" if obj.attempted_at else ""
+            rows.append((time_text(finalized), obj.state, ran))
+        rows.sort(key=lambda r: r[0])
+        body = format_html_join(
+            "", '<tr><td class="nowrap">{}</td><td>{}</td><td>{}</td></tr>', rows
+        )
+        return format_html('<table class="hopper-timeline"><tbody>{}</tbody></table>', body)
+
+    # -- the job page: a stable URL and its buttons ----------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        opts = self.opts
+        name = f"{opts.app_label}_{opts.model_name}"
+        return [
+            path(
+                "<path:object_id>/find/",
+                self.admin_site.admin_view(self.find_view),
+                name=f"{name}_find",
+            ),
+            path(
+                "<path:object_id>/act/",
+                self.admin_site.admin_view(self.act_view),
+                name=f"{name}_act",
+            ),
+            *super().get_urls(),
+        ]
+
+    def find_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Redirect to the job's page wherever it is now: live or history.
+
+        A job moves between the two tables (it finishes, it is retried), so a
+        link to it goes through here and never breaks.
+        """
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        try:
+            job_id = uuid.UUID(unquote(object_id))
+        except ValueError:
+            raise Http404(f"no job {unquote(object_id)!r}") from None
+        refs = job_refs([job_id])
+        if job_id not in refs:
+            raise Http404(f"job {job_id} does not exist (deleted, or past retention)")
+        return HttpResponseRedirect(job_url(job_id, refs[job_id][0]))
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """Show the job, or follow it to the other table if it moved there."""
+        try:
+            job_id = uuid.UUID(unquote(object_id))
+        except ValueError:
+            job_id = None
+        if job_id is not None and not self.model._default_manager.filter(id=job_id).exists():
+            refs = job_refs([job_id])
+            if job_id in refs:
+                return HttpResponseRedirect(job_url(job_id, refs[job_id][0]))
+        context = {
+            **(extra_context or {}),
+            "hopper_act_url": admin_url(self.opts.model_name, "act", object_id),
+            "hopper_can_operate": self.has_operate_permission(request),
+        }
+        return super().change_view(request, object_id, form_url, context)
+
+    def act_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Retry, cancel or delete the job from its page, through the same bulk api."""
+        if request.method != "POST":
+            return HttpResponseRedirect(admin_url(self.opts.model_name, "find", object_id))
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        verbs: dict[str, tuple[Callable[[list[uuid.UUID]], JobManyResult], bool]] = {
+            "retry": (api.retry_jobs, False),
+            "cancel": (api.cancel_jobs, False),
+            "delete": (api.delete_jobs, True),
+        }
+        verb = request.POST.get("verb", "")
+        if verb not in verbs:
+            raise Http404(f"no job action {verb!r}")
+        call, deletion = verbs[verb]
+        try:
+            job_id = uuid.UUID(unquote(object_id))
+        except ValueError:
+            raise Http404(f"no job {unquote(object_id)!r}") from None
+        outcomes = Outcomes(verb, "job", deletion=deletion)
+        count_into(outcomes, call([job_id]))
+        self.report(request, outcomes, job_id)
+        if job_id not in job_refs([job_id]):
+            return HttpResponseRedirect(admin_url(self.opts.model_name, "changelist"))
+        return HttpResponseRedirect(admin_url(self.opts.model_name, "find", job_id))
 
     # -- actions ------------------------------------------------------------
 
@@ -266,7 +400,7 @@ class JobHistoryAdmin(JobAdminBase):
     )
     fieldsets = (
         *JobAdminBase.fieldsets[:1],
-        ("Times", {"fields": ("created", "scheduled", "attempted", "finalized")}),
+        ("Times", {"fields": ("created", "scheduled", "attempted", "finalized", "timeline")}),
         *JobAdminBase.fieldsets[2:],
         ("Result", {"fields": ("output_pretty",)}),
     )
