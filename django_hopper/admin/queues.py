@@ -300,7 +300,20 @@ class QueueAdmin(FieldsetsViewAdmin):
             self.admin_site.admin_view(self.limits_view),
             name=f"{opts.app_label}_{opts.model_name}_limits",
         )
-        return [limits, *super().get_urls()]
+        overview = path(
+            "overview/",
+            self.admin_site.admin_view(self.overview_view),
+            name=f"{opts.app_label}_{opts.model_name}_overview",
+        )
+        return [overview, limits, *super().get_urls()]
+
+    def overview_view(self, request: HttpRequest) -> HttpResponse:
+        """Show every queue, the last hour and the clients on one page (view permission)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        from django_hopper.admin.overview import overview_view
+
+        return overview_view(self, request)
 
     def limits_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Show a queue's limits in a form and set them through ``set_queue_limits``."""

@@ -1,0 +1,90 @@
+"""The overview: per queue depths, pause, limits, the last hour charted; clients and the leader."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client as HttpClient
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from django_hopper import api, queues
+from django_hopper.engine.base import BaseEngine
+from django_hopper.engine.params import ClientRegisterParams, LeaderParams
+from tests.test_admin import completed_job, discarded_job
+from tests.testapp import jobs as testjobs
+
+pytestmark = pytest.mark.django_db
+
+URL = "admin:django_hopper_queue_overview"
+
+
+def test_overview__shows_each_queue_with_depths_pause_limits_and_links(
+    admin_client: HttpClient, engine: BaseEngine
+) -> None:
+    engine.queue_ensure(["default", "emails"])
+    testjobs.add.enqueue(1, 2)
+    testjobs.send_email.enqueue("x@example.com")
+    queues.pause_queue("emails")
+    queues.set_queue_limits("default", global_limit=3, rate_per_sec=2)
+    body = admin_client.get(reverse(URL)).content.decode()
+    assert 'data-queue="default"' in body and 'data-queue="emails"' in body
+    assert "<strong>paused</strong>" in body
+    assert "3 running, 2/s" in body
+    assert "?queue=emails&amp;state=available" in body
+    assert 'id="hopper-live"' in body and "django_hopper/admin.js" in body
+
+
+def test_overview__charts_the_last_hour_and_counts_completed_and_failed(
+    admin_client: HttpClient, engine: BaseEngine
+) -> None:
+    completed_job(engine)
+    discarded_job(engine)
+    body = admin_client.get(reverse(URL), {"partial": "1"}).content.decode()
+    assert "<html" not in body  # the live refresh swaps in the body only
+    assert "default: 1 completed, 1 failed in the last hour" in body
+    assert 'class="ok"' in body and 'class="bad"' in body
+
+
+def test_overview__lists_live_clients_and_marks_the_leader(
+    admin_client: HttpClient, engine: BaseEngine
+) -> None:
+    leader = engine.client_register(ClientRegisterParams(hostname="web-1", ttl=dt.timedelta(1)))
+    engine.client_register(ClientRegisterParams(hostname="web-2", ttl=dt.timedelta(1)))
+    engine.leader_attempt(LeaderParams(client_id=leader, ttl=dt.timedelta(minutes=1)))
+    body = admin_client.get(reverse(URL)).content.decode()
+    assert "web-1" in body and "web-2" in body
+    assert body.count("<strong>leader</strong>") == 1
+
+
+def test_overview__query_count_does_not_grow_with_jobs(
+    admin_client: HttpClient, engine: BaseEngine
+) -> None:
+    engine.queue_ensure(["default"])
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert admin_client.get(reverse(URL)).status_code == 200
+        return len(captured.captured_queries)
+
+    testjobs.add.enqueue(1, 2)
+    few = queries()
+    testjobs.add.enqueue_many([((i, i), {}) for i in range(50)])
+    for job in testjobs.add.enqueue_many([((i, i), {}) for i in range(20)]):
+        api.cancel_job(job.id)
+    assert queries() == few
+
+
+def test_overview__needs_the_queue_view_permission(db: None, django_user_model: Any) -> None:
+    user = django_user_model.objects.create_user("nobody", password="pw", is_staff=True)
+    http = HttpClient()
+    http.force_login(user)
+    assert http.get(reverse(URL)).status_code == 403
+
+
+def test_app_index__links_the_overview(admin_client: HttpClient) -> None:
+    body = admin_client.get(reverse("admin:app_list", args=["django_hopper"])).content.decode()
+    assert reverse(URL) in body
