@@ -416,7 +416,7 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
             )
         return self.using(unique_key=f"{self.kind}:{instance}").enqueue(*args, **kwargs)
 
-    def drive(self, job_id: JobID) -> str:
+    def drive(self, job_id: JobID | str) -> str:
         """Run one pass of the run ``job_id`` in this process, under a job lease.
 
         For a run driven without a worker (a cron, a command, a request): the
@@ -424,16 +424,21 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
         ``lease``, every step boundary renews it, and every write, the result
         included, is fenced to it; if this process dies, the leader's lease
         expirer ends the attempt once the lease expires, so the next pass (by
-        a worker or another drive) takes over. Returns ``"next"`` (committed,
+        a worker or another drive) takes over. The pass ends as on a worker:
+        its ``run.context.log(...)`` lines are kept with the attempt, and a
+        run in a batch or workflow settles it. Returns ``"next"`` (committed,
         another pass is due), ``"done"`` or ``"failed"`` (the pass raised: it
         is retried with backoff, or discarded when out of attempts). Raises
         what the claim by ID raises for a run that is not waiting (running
         elsewhere, finished, paused).
         """
+        from django_hopper.api import parse_job_id
+        from django_hopper.conf import hopper_settings
         from django_hopper.engine import get_engine
         from django_hopper.engine.params import JobClaimByIDParams, JobFinalizeParams
         from django_hopper.worker.execution import _call_args, completed, failed, snoozed
 
+        job_id = parse_job_id(job_id)
         engine = get_engine()
         ledger = Run._ledger_of(engine)
         current = engine.job_get(job_id)
@@ -451,17 +456,28 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
         try:
             output = run_pass(self.pass_func, context, args, kwargs, engine)
         except JobSnooze as snooze:
-            result, outcome = snoozed(job, snooze), "next"
+            result, outcome = snoozed(job, snooze, context.log_text()), "next"
         except JobFenced:
             raise
         except Exception as exc:
             error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            result, outcome = failed(job, error, traceback.format_exc()), "failed"
+            trace = traceback.format_exc()
+            result, outcome = failed(job, error, trace, context.log_text()), "failed"
         else:
-            result, outcome = completed(job, output, fn=self), "done"
+            result, outcome = completed(job, output, context.log_text(), fn=self), "done"
         result = dataclasses.replace(result, attempted_by=None, lease_token=leased.lease.token)
-        if not engine.job_finalize_many(JobFinalizeParams(jobs=[result])):
+        params = JobFinalizeParams(
+            jobs=[result],
+            no_batches=job.batch_id is None,
+            keep_logs=int(hopper_settings.KEEP_LOGS),
+        )
+        applied = engine.job_finalize_many(params)
+        if not applied:
             raise JobFenced(f"job {job_id}: the lease expired before the pass ended")
+        if job.batch_id is not None:
+            from django_hopper.batches import settle_finished
+
+            settle_finished(engine, [job])
         return outcome
 
 

@@ -510,8 +510,12 @@ class LeaseStepContract(ABC):
         """End the attempts of up to ``limit`` jobs whose leases are due.
 
         Due: at the lease's expiry, or, if a client with a live lease started
-        after the lease was last renewed (and no later than now), at the first
-        such start plus the larger of the lease's TTL and ``grace``, if later.
+        after the lease was last renewed (no later than the lease's expiry plus
+        ``grace``, and no later than now), at the first such start plus the
+        larger of the lease's TTL and ``grace``, if later. All by database
+        time: a start past the expiry plus the grace is no sign the holder
+        could not renew, so clients that keep starting (each cron run of
+        ``hopper_maintain --once``) never hold a dead lease up.
         Each ends as :func:`lease_expiry_result` says. Expires nothing unless
         ``client_id``'s own lease is live. Returns the jobs as they are afterwards.
         """

@@ -388,6 +388,38 @@ def test_expire_leases__a_client_started_after_the_renewal_grants_a_grace(
     assert [j.id for j in expire(engine, leader, started + TTL)] == [row2.job.id]
 
 
+def test_expire_leases__a_client_started_past_the_expiry_plus_the_grace_grants_none(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    row = claim_by_id(engine, insert(engine, db_now, queue="by-id"), db_now)
+    grace = 5 * MINUTE
+    late = db_now + TTL + grace + SECOND  # the holder had its expiry plus the grace
+    cron = register(engine, late, ttl=MINUTE)
+
+    (job,) = expire(engine, cron, late, grace=grace)
+    assert job.id == row.job.id
+
+
+def test_expire_leases__clients_that_keep_starting_never_hold_a_dead_lease_up(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    """Each cron run of a maintenance pass is a client that starts, runs and dies: the
+    lease is due by its expiry plus the grace plus the larger of TTL and grace."""
+    row = claim_by_id(engine, insert(engine, db_now, queue="by-id"), db_now)
+    grace = 2 * MINUTE
+    bound = db_now + TTL + grace + max(TTL, grace)
+    at = db_now + 30 * SECOND
+    expired: list[dt.datetime] = []
+    while at <= bound + MINUTE and not expired:
+        run = register(engine, at, ttl=20 * SECOND)  # one cron run's client
+        if expire(engine, run, at, grace=grace):
+            expired.append(at)
+        at += 20 * SECOND
+
+    assert expired and expired[0] <= bound
+    assert get(engine, row.job.id).state == "retryable"
+
+
 def test_expire_leases__a_renewal_after_a_clients_start_drops_its_grace(
     engine: BaseEngine, db_now: dt.datetime
 ) -> None:

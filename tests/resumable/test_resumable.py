@@ -365,3 +365,31 @@ def test_resumable__a_pass_cannot_overwrite_its_cursor_with_record_progress(
     job = handle.refresh()
     assert "progress belongs to its resumable run" in job.errors[-1].error
     assert job.progress is None
+
+
+@resumable(queue="rs-lease", lease=90)
+def logs_a_line(run: Run) -> Pass:
+    run.context.log(f"pass {run.passes}")
+    return Pass(done=run.passes >= 1)
+
+
+def test_resumable__drive_takes_the_id_as_a_string_and_keeps_the_log_lines(
+    engine: BaseEngine,
+) -> None:
+    from django_hopper.api import job_logs
+
+    handle = logs_a_line.start(instance="logs")
+
+    assert logs_a_line.drive(str(handle.id)) == "next"
+    assert logs_a_line.drive(str(handle.id)) == "done"
+
+    assert [(entry.attempt, entry.log) for entry in job_logs(handle.id)] == [
+        (1, "pass 0\n"),
+        (1, "pass 1\n"),
+    ]
+
+
+def test_resumable__drive_refuses_an_id_that_is_not_a_uuid_naming_the_field() -> None:
+    with pytest.raises(InvalidJob) as exc:
+        logs_a_line.drive("not-a-uuid")
+    assert exc.value.field == "job_id"

@@ -12,7 +12,7 @@ from django_hopper.engine.base import BaseEngine
 from django_hopper.models import Job, JobStep
 from tests.runtime.conftest import FINAL, Processes, wait_for
 from tests.testapp.models import Effect
-from tests.testapp.resumable_jobs import rs_pages
+from tests.testapp.resumable_jobs import rs_dies, rs_pages
 
 pytestmark = pytest.mark.processes
 
@@ -62,3 +62,33 @@ def test_worker_refuses_a_run_whose_progress_a_pass_did_not_commit(
     assert all("is not a committed pass of a resumable run" in e.error for e in job.errors)
     assert not Effect.objects.filter(job_id=handle.id).exists()  # no step ran: no restart
     assert job.progress is not None and job.progress.cursor == 4200
+
+
+def test_cron_only_maintenance_recovers_a_driven_pass_whose_process_died(
+    tx_engine: BaseEngine, processes: Processes
+) -> None:
+    """No long-running leader: each cron run of hopper_maintain --once is a client that
+    starts after the dead pass's last renewal, and must still expire its lease."""
+    handle = rs_dies.start(instance="cron")
+    code = (
+        "import os; os.environ['HOPPER_TEST_DIE'] = '1'\n"
+        "from tests.testapp.resumable_jobs import rs_dies\n"
+        f"rs_dies.drive('{handle.id}')\n"
+    )
+    driver = processes.start("-c", code, command="shell")
+    assert driver.wait(60) == 9, processes.logs()
+    assert handle.refresh().state == "running"  # the pass died holding its lease
+
+    def cron_run() -> bool:
+        proc = processes.start("--once", command="hopper_maintain")
+        assert proc.wait(60) in (0, 3), processes.logs()
+        return handle.refresh().state != "running"
+
+    assert wait_for(cron_run, timeout=60, step=0.2), processes.logs()
+    job = handle.refresh()
+    assert job.state in ("retryable", "available")  # due at once: the pass may promote it
+    assert job.errors[-1].rescue == "lease_expired"
+
+    assert rs_dies.drive(handle.id) == "done"  # the next pass takes over
+    notes = sorted(Effect.objects.filter(job_id=handle.id).values_list("note", flat=True))
+    assert notes == ["a", "b"]  # step a was memoized under the dead pass's lease

@@ -35,3 +35,15 @@ def rs_pages(run: Run, pages: int, hold: float = 0.0) -> Pass:
     if page + 1 >= pages:
         return Pass(done=True)
     return Pass(cursor=page + 1)
+
+
+@resumable(lease=1.0)
+def rs_dies(run: Run) -> Pass:
+    """One pass; the driving process dies after step a when HOPPER_TEST_DIE is set."""
+    import os
+
+    run.step("a", lambda: _effect(run, "a"))
+    if os.environ.get("HOPPER_TEST_DIE"):
+        os._exit(9)
+    run.step("b", lambda: _effect(run, "b"))
+    return Pass(done=True)

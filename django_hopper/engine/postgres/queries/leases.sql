@@ -79,9 +79,12 @@ RETURNING j.lease_expires_at, j.cancel_requested_at IS NOT NULL
 -- name: job_expire_leases
 -- The leases due, locked (SKIP LOCKED: a holder renewing is left alone). Due
 -- at the expiry, or, if a client with a live lease started after the lease
--- was last renewed and no later than now, at the first such start plus the
--- larger of the lease's TTL and %(grace)s, when that is later. Nothing unless
--- the expiring client's own lease is live.
+-- was last renewed, no later than the lease's expiry plus %(grace)s and no
+-- later than now, at the first such start plus the larger of the lease's TTL
+-- and %(grace)s, when that is later. A start past the expiry plus the grace is
+-- no sign the holder could not renew, so clients that keep starting (cron runs,
+-- autoscaled workers) never hold a dead lease up. Nothing unless the expiring
+-- client's own lease is live.
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT {job_columns:j}
 FROM hopper_job j
@@ -94,7 +97,8 @@ WHERE EXISTS (SELECT 1 FROM hopper_client me
   AND coalesce(
         (SELECT min(cl.started_at) FROM hopper_client cl
          WHERE cl.expires_at > c.now AND cl.started_at > j.lease_renewed_at
-           AND cl.started_at <= c.now)
+           AND cl.started_at <= c.now
+           AND cl.started_at <= j.lease_expires_at + %(grace)s::interval)
         + greatest(j.lease_expires_at - j.lease_renewed_at, %(grace)s::interval),
         j.lease_expires_at) <= c.now
 ORDER BY j.lease_expires_at, j.id

@@ -65,9 +65,12 @@ RETURNING lease_expires_at, cancel_requested_at;
 
 -- name: job_expire_leases
 -- The leases due. Due at the expiry, or, if a client with a live lease started
--- after the lease was last renewed and no later than now, at the first such
--- start plus the larger of the lease's TTL and %(grace_us)s, when that is
--- later. Nothing unless the expiring client's own lease is live.
+-- after the lease was last renewed, no later than the lease's expiry plus
+-- %(grace_us)s and no later than now, at the first such start plus the larger
+-- of the lease's TTL and %(grace_us)s, when that is later. A start past the
+-- expiry plus the grace is no sign the holder could not renew, so clients that
+-- keep starting (cron runs, autoscaled workers) never hold a dead lease up.
+-- Nothing unless the expiring client's own lease is live.
 SELECT {job_columns:j}
 FROM hopper_job AS j
 WHERE EXISTS (SELECT 1 FROM hopper_client AS me
@@ -78,7 +81,9 @@ WHERE EXISTS (SELECT 1 FROM hopper_client AS me
   AND coalesce(
         (SELECT (CAST(strftime('%%s', min(cl.started_at)) AS INTEGER) * 1000000 + CAST(substr(min(cl.started_at), 21, 6) AS INTEGER)) FROM hopper_client AS cl
          WHERE cl.expires_at > %(now)s AND cl.started_at > j.lease_renewed_at
-           AND cl.started_at <= %(now)s)
+           AND cl.started_at <= %(now)s
+           AND (CAST(strftime('%%s', cl.started_at) AS INTEGER) * 1000000 + CAST(substr(cl.started_at, 21, 6) AS INTEGER))
+               <= (CAST(strftime('%%s', j.lease_expires_at) AS INTEGER) * 1000000 + CAST(substr(j.lease_expires_at, 21, 6) AS INTEGER)) + %(grace_us)s)
         + max((CAST(strftime('%%s', j.lease_expires_at) AS INTEGER) * 1000000 + CAST(substr(j.lease_expires_at, 21, 6) AS INTEGER)) - (CAST(strftime('%%s', j.lease_renewed_at) AS INTEGER) * 1000000 + CAST(substr(j.lease_renewed_at, 21, 6) AS INTEGER)), %(grace_us)s),
         0) <= (CAST(strftime('%%s', %(now)s) AS INTEGER) * 1000000 + CAST(substr(%(now)s, 21, 6) AS INTEGER))
 ORDER BY j.lease_expires_at, j.id
