@@ -43,6 +43,7 @@ from django_hopper.registry import (
 )
 
 if TYPE_CHECKING:
+    from django_hopper.engine.base import BaseEngine
     from django_hopper.engine.params import JobInsertParams
     from django_hopper.types import JobRow
 
@@ -560,6 +561,28 @@ async def aenqueue_many(calls: Iterable[PreparedJob]) -> list[JobHandle]:
 
 
 def _insert(entries: Sequence[_Entry]) -> list[JobHandle]:
+    """Insert checked jobs on the database of each one's queue (``HOPPER["QUEUE_DATABASES"]``).
+
+    A job joins the transaction of its queue's alias. Jobs for queues on
+    several aliases are written per alias, each alias's part atomic on its own.
+    """
+    from django_hopper.engine import get_engine
+    from django_hopper.topology import queue_alias
+
+    by_alias: dict[str, list[int]] = {}
+    for i, (_, p) in enumerate(entries):
+        by_alias.setdefault(queue_alias(p.queue), []).append(i)
+    if len(by_alias) == 1:
+        return _insert_on(get_engine(next(iter(by_alias))), entries)
+    handles: list[JobHandle | None] = [None] * len(entries)
+    for alias, indexes in by_alias.items():
+        done = _insert_on(get_engine(alias), [entries[i] for i in indexes])
+        for i, handle in zip(indexes, done, strict=True):
+            handles[i] = handle
+    return [h for h in handles if h is not None]
+
+
+def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]:
     """Insert checked jobs, grouped by how the engine takes them; send ``job_enqueued``.
 
     The engine expects its inputs deduplicated by unique key and takes one
@@ -573,12 +596,10 @@ def _insert(entries: Sequence[_Entry]) -> list[JobHandle]:
     from django.db import transaction
 
     from django_hopper import signals
-    from django_hopper.engine import get_engine
     from django_hopper.engine.params import JobInsertOpts, JobInsertResult
     from django_hopper.signals import job_enqueued
     from django_hopper.types import ConflictAction
 
-    engine = get_engine()
     plain: list[int] = []
     skip: list[int] = []
     replace: list[int] = []

@@ -49,6 +49,12 @@ TEMPLATES = [
 
 ENGINE = os.environ.get("HOPPER_TEST_DATABASE", "sqlite")
 _db_name = os.environ.get("HOPPER_TEST_DB_NAME")
+_suffix = os.environ.get("HOPPER_TEST_DB_SUFFIX", "main")
+_SQLITE_OPTIONS = {
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 30,
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
 
 #: A PgBouncer in front of the server (tests/pgbouncer.py; scripts/test's bouncer pass):
 #: its port and pool mode. "default" then goes through it, and "direct" is the
@@ -65,8 +71,22 @@ if ENGINE == "postgres":
             "PORT": os.environ.get("PGPORT", "5432"),
             "USER": os.environ.get("PGUSER", "root"),
             "PASSWORD": os.environ.get("PGPASSWORD", ""),
-            "TEST": {"NAME": "test_hopper_" + os.environ.get("HOPPER_TEST_DB_SUFFIX", "main")},
+            "TEST": {"NAME": f"test_hopper_{_suffix}"},
         }
+    }
+    # Several databases (tests/topology/test_databases.py): a second PostgreSQL
+    # database and an SQLite file beside it, set up only for the tests that ask.
+    DATABASES["second"] = {
+        **DATABASES["default"],
+        "NAME": os.environ.get("HOPPER_TEST_SECOND_DB_NAME", "hopper_second"),
+        "TEST": {"NAME": f"test_hopper_{_suffix}_second"},
+    }
+    DATABASES["embedded"] = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("HOPPER_TEST_EMBEDDED_DB_NAME")
+        or str(BASE_DIR / f".test-{_suffix}-embedded.sqlite3"),
+        "OPTIONS": _SQLITE_OPTIONS,
+        "TEST": {"NAME": str(BASE_DIR / f".test-{_suffix}-embedded.sqlite3")},
     }
     if _bouncer_port:
         DATABASES["direct"] = dict(DATABASES["default"])
@@ -77,19 +97,22 @@ if ENGINE == "postgres":
             "DISABLE_SERVER_SIDE_CURSORS": _bouncer_mode == "transaction",
         }
 elif ENGINE == "sqlite":
-    _file = str(BASE_DIR / f".test-{os.environ.get('HOPPER_TEST_DB_SUFFIX', 'main')}.sqlite3")
+    _file = str(BASE_DIR / f".test-{_suffix}.sqlite3")
+    _second = str(BASE_DIR / f".test-{_suffix}-second.sqlite3")
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": _db_name or _file,
-            "OPTIONS": {
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 30,
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-            },
+            "OPTIONS": _SQLITE_OPTIONS,
             # A file, not :memory:, so that worker processes share it.
             "TEST": {"NAME": _file},
-        }
+        },
+        "second": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get("HOPPER_TEST_SECOND_DB_NAME") or _second,
+            "OPTIONS": _SQLITE_OPTIONS,
+            "TEST": {"NAME": _second},
+        },
     }
 else:
     raise RuntimeError(f"HOPPER_TEST_DATABASE must be sqlite or postgres, not {ENGINE!r}")

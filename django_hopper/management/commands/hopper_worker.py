@@ -41,6 +41,34 @@ def parse_queues(value: str, default_concurrency: int | None = None) -> dict[str
     return queues
 
 
+def _queues_on(alias: str, queues: dict[str, int], *, explicit: bool) -> dict[str, int]:
+    """Return the queues a worker on ``alias`` serves: one worker process, one database.
+
+    With ``HOPPER["QUEUE_DATABASES"]`` set, the default queues are those living
+    on the alias, and a queue named with ``--queues`` must live there.
+    """
+    from django_hopper.conf import hopper_settings
+    from django_hopper.topology import queue_alias, queues_of
+
+    if not hopper_settings.QUEUE_DATABASES:
+        return queues
+    if explicit:
+        for queue in queues:
+            home = queue_alias(queue)
+            if home != alias:
+                raise CommandError(
+                    f"--queues: queue {queue!r} lives on database {home!r} "
+                    f"(HOPPER['QUEUE_DATABASES']); start its worker with --database {home}"
+                )
+        return queues
+    mine = queues_of(alias, queues)
+    if not mine:
+        raise CommandError(
+            f"no queue of HOPPER['QUEUES'] lives on database {alias!r}: name them with --queues"
+        )
+    return mine
+
+
 class Command(BaseCommand):
     help = "Run hopper jobs from the given queues until stopped (SIGTERM/SIGINT)."
 
@@ -116,6 +144,7 @@ class Command(BaseCommand):
 
         if alias not in connections.settings:
             raise CommandError(f"--database: {alias!r} is not in DATABASES")
+        queues = _queues_on(alias, queues, explicit=bool(options["queues"]))
         if processes > 1:
             # The children's system checks ran here already: print them once.
             argv = ["--skip-checks", "--queues", ",".join(f"{q}:{c}" for q, c in queues.items())]
