@@ -294,7 +294,9 @@ class BaseEngine(ABC):
     @abstractmethod
     def job_rescue_candidates(self, params: JobRescueParams) -> list[RescueCandidate]:
         """Return running jobs whose client has no unexpired lease, plus (if
-        ``stuck_after``) running jobs claimed longer ago than that."""
+        ``stuck_after``) running jobs claimed longer ago than that; never a job
+        under a job lease, which its lease governs (``job_expire_leases``), so
+        that every candidate is one a finalize fenced to its claim can end."""
 
     # -- clients ------------------------------------------------------------
 

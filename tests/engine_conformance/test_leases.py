@@ -18,6 +18,7 @@ from django_hopper.engine.params import (
     JobLeaseRenewParams,
     JobLeaseRow,
     JobRecordProgressParams,
+    JobRescueParams,
 )
 from django_hopper.exceptions import (
     InvalidJob,
@@ -38,6 +39,7 @@ from tests.engine_conformance.support import (
     insert,
     register,
     result,
+    running,
 )
 from tests.factories import QueueFactory
 
@@ -439,3 +441,50 @@ def test_expire_leases__leaves_client_claims_alone(
 
     assert expire(engine, client_id, db_now + HOUR - SECOND) == []
     assert get(engine, claimed).state == "running"
+
+
+def test_rescue_candidates__a_leased_job_past_stuck_after_is_never_a_stuck_candidate(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    """Its lease governs it: a finalize fenced to a client claim could never end it, so
+    as a candidate it would come back every pass and take a place of the limit."""
+    row = claim_by_id(engine, insert(engine, db_now, queue="by-id"), db_now, ttl=HOUR)
+    renew(engine, row, db_now + 50 * MINUTE)  # alive, renewing, running for long
+
+    found = engine.job_rescue_candidates(
+        JobRescueParams(stuck_after=MINUTE, limit=10, now=db_now + 55 * MINUTE)
+    )
+
+    assert found == []
+
+
+def test_rescue_candidates__leased_jobs_never_take_the_limit_from_rescuable_ones(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    for _ in range(3):  # claimed first: oldest, and first in claim order
+        claim_by_id(engine, insert(engine, db_now, queue="by-id"), db_now, ttl=HOUR)
+    client = register(engine, db_now, ttl=HOUR)
+    stuck = running(engine, client, db_now + SECOND)
+
+    found = engine.job_rescue_candidates(
+        JobRescueParams(stuck_after=MINUTE, limit=1, now=db_now + 10 * MINUTE)
+    )
+
+    assert [(c.job.id, c.stuck) for c in found] == [(stuck.id, True)]
+
+
+def test_rescuer__ends_a_stuck_job_and_leaves_a_long_leased_pass_to_its_lease(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    from django_hopper.maintenance import Rescuer
+
+    leased = claim_by_id(engine, insert(engine, db_now, queue="by-id"), db_now, ttl=HOUR)
+    client = register(engine, db_now, ttl=HOUR)
+    stuck = running(engine, client, db_now + SECOND)
+    later = db_now + 10 * MINUTE
+
+    assert Rescuer(engine, stuck_after=60).run_once(now=later) == 1
+    assert Rescuer(engine, stuck_after=60).run_once(now=later) == 0  # nothing comes back
+
+    assert get(engine, stuck).state == "retryable"
+    assert get(engine, leased.job).state == "running"

@@ -813,7 +813,11 @@ RETURNING {job_columns_history:hopper_job_history}
 
 -- name: job_rescue_candidates
 -- Running jobs (without a job lease) whose client has no live lease, and,
--- with %(stuck_after)s, any running job claimed before now - stuck_after.
+-- with %(stuck_after)s, any running job without a job lease claimed before
+-- now - stuck_after. A job under a job lease is never a candidate: its lease
+-- says whether it is alive (job_expire_leases ends it), and a finalize fenced
+-- to a client claim could never end it, so it would come back every pass and
+-- take a place of the limit.
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
 SELECT {job_columns:j}, NOT x.orphan AS stuck
 FROM hopper_job j
@@ -825,6 +829,7 @@ CROSS JOIN LATERAL (
 ) x
 WHERE j.state = 'running'
   AND (x.orphan OR (%(stuck_after)s::interval IS NOT NULL
+                    AND j.lease_token IS NULL
                     AND j.attempted_at <= c.now - %(stuck_after)s::interval))
 ORDER BY j.attempted_at, j.id
 LIMIT %(limit)s

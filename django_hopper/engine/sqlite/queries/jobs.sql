@@ -551,7 +551,11 @@ WHERE id IN (SELECT value FROM json_each(%(ids)s));
 
 -- name: job_rescue_candidates
 -- Running jobs without a job lease whose client has no live lease (stuck = 0), and,
--- when %(stuck_before)s is set, running jobs claimed at or before it (stuck = 1).
+-- when %(stuck_before)s is set, running jobs without a job lease claimed at or
+-- before it (stuck = 1). A job under a job lease is never a candidate: its lease
+-- says whether it is alive (job_expire_leases ends it), and a finalize fenced to a
+-- client claim could never end it, so it would come back every pass and take a
+-- place of the limit.
 SELECT CASE WHEN j.lease_token IS NULL
                  AND NOT EXISTS (SELECT 1 FROM hopper_client AS c
                                  WHERE c.id = j.attempted_by AND c.expires_at > %(now)s)
@@ -562,6 +566,7 @@ WHERE j.state = 'running'
   AND ((j.lease_token IS NULL
         AND NOT EXISTS (SELECT 1 FROM hopper_client AS c
                         WHERE c.id = j.attempted_by AND c.expires_at > %(now)s))
-       OR (%(stuck_before)s IS NOT NULL AND j.attempted_at <= %(stuck_before)s))
+       OR (%(stuck_before)s IS NOT NULL AND j.lease_token IS NULL
+           AND j.attempted_at <= %(stuck_before)s))
 ORDER BY j.attempted_at, j.id
 LIMIT %(limit)s;
