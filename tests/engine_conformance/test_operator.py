@@ -366,6 +366,30 @@ def test_delete__removes_a_job_from_history(
     assert engine.job_logs(job.id) == []
 
 
+@pytest.mark.parametrize("finished", [False, True])
+def test_delete__removes_the_jobs_step_ledger_at_once(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int, finished: bool
+) -> None:
+    from django_hopper.models import JobStep
+
+    job = running(engine, client_id, db_now)
+    other = running(engine, client_id, db_now)
+    for owner in (job, other):
+        JobStep.objects.create(
+            job_id=owner.id,
+            step="fetch",
+            result={"value": {"email": "a@b.c"}},
+            attempts=1,
+            recorded_at=db_now,
+        )
+    outcome = "completed" if finished else "retryable"
+    finalize(engine, db_now, result(job, outcome, output=1))
+
+    delete(engine, job.id, db_now)
+
+    assert list(JobStep.objects.values_list("job_id", flat=True)) == [other.id]
+
+
 # -- job_discard_expired ------------------------------------------------------------------
 
 

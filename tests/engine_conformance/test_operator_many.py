@@ -165,6 +165,23 @@ def test_delete_many__removes_the_logs_of_deleted_jobs_only(
     assert engine.job_get(gone) is None and get(engine, busy).state == "running"
 
 
+def test_delete_many__removes_the_step_ledgers_of_deleted_jobs_only(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    from django_hopper.models import JobStep
+
+    gone = HistoryFactory(now=db_now, state="completed").id
+    busy = running(engine, client_id, db_now).id
+    for job_id in (gone, busy):
+        JobStep.objects.create(
+            job_id=job_id, step="s", result={"value": "personal"}, recorded_at=db_now
+        )
+
+    engine.job_delete_many(JobDeleteManyParams(ids=[gone, busy], now=db_now))
+
+    assert list(JobStep.objects.values_list("job_id", flat=True)) == [busy]
+
+
 def test_cancel_and_delete_many__count_waiting_batch_jobs_as_failed(
     engine: BaseEngine, db_now: dt.datetime
 ) -> None:

@@ -646,7 +646,7 @@ class JobsMixin(SQLiteSupport):
 
     @translate_errors
     def job_delete(self, params: JobDeleteParams) -> JobRow:
-        """Remove a job that is not running, and its logs; return it as it was."""
+        """Remove a job that is not running, its logs and its step ledger; return it as it was."""
         args = {"id": params.id.hex}
         problem: Exception | None = None
         with self._atomic(), self._cursor() as c:
@@ -663,6 +663,7 @@ class JobsMixin(SQLiteSupport):
                     problem = NotFound(f"job {params.id} does not exist")
             else:
                 c.execute(Q["job_delete.logs"], args)
+                c.execute(Q["job_delete.steps"], args)
                 if row[COL.batch_id] is not None and row[COL.finalized_at] is None:
                     # Deleted while waiting: counted as canceled, as job_cancel would.
                     from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished

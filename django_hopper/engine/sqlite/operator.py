@@ -147,6 +147,7 @@ class OperatorMixin(SQLiteSupport):
                 deleted.setdefault(job.id, job)
             if deleted:
                 c.execute(Q["job_delete_many.logs"], {"ids": _json_ids(list(deleted))})
+                c.execute(Q["job_delete_many.steps"], {"ids": _json_ids(list(deleted))})
             # Deleted while waiting: counted as canceled, as job_delete does.
             for job in waiting:
                 job.state = "canceled"

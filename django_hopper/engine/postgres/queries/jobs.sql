@@ -762,7 +762,8 @@ FROM (SELECT 1) one
 LEFT JOIN revived r ON true
 
 -- name: job_delete
--- Remove a job that is not running, live or from history, with its logs.
+-- Remove a job that is not running, live or from history, with its logs and its
+-- step ledger (step results may hold personal data: nothing of the job is left).
 WITH live AS (
     DELETE FROM hopper_job j
     WHERE j.id = %(id)s::uuid AND j.state <> 'running'
@@ -776,6 +777,11 @@ hist AS (
 logs AS (
     DELETE FROM hopper_job_log l
     WHERE l.job_id = %(id)s::uuid
+      AND (EXISTS (SELECT 1 FROM live) OR EXISTS (SELECT 1 FROM hist))
+),
+steps AS (
+    DELETE FROM hopper_job_step s
+    WHERE s.job_id = %(id)s::uuid
       AND (EXISTS (SELECT 1 FROM live) OR EXISTS (SELECT 1 FROM hist))
 )
 SELECT * FROM live

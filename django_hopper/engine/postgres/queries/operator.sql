@@ -62,7 +62,8 @@ FROM h
 LEFT JOIN revived r ON r.id = h.id
 
 -- name: job_delete_many
--- Remove jobs that are not running, live or from history, with their logs.
+-- Remove jobs that are not running, live or from history, with their logs and
+-- their step ledgers.
 WITH live AS (
     DELETE FROM hopper_job j
     WHERE j.id = ANY(%(ids)s::uuid[]) AND j.state <> 'running'
@@ -76,6 +77,10 @@ hist AS (
 logs AS (
     DELETE FROM hopper_job_log l
     WHERE l.job_id IN (SELECT id FROM live UNION ALL SELECT id FROM hist)
+),
+steps AS (
+    DELETE FROM hopper_job_step s
+    WHERE s.job_id IN (SELECT id FROM live UNION ALL SELECT id FROM hist)
 )
 SELECT * FROM live
 UNION ALL

@@ -519,6 +519,11 @@ RETURNING {job_columns_history};
 DELETE FROM hopper_job_log
 WHERE job_id = %(id)s;
 
+-- name: job_delete.steps
+-- The step ledger goes with the job (step results may hold personal data).
+DELETE FROM hopper_job_step
+WHERE job_id = %(id)s;
+
 -- name: job_delete.exists
 SELECT 1 FROM hopper_job WHERE id = %(id)s;
 

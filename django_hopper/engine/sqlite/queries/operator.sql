@@ -81,3 +81,8 @@ RETURNING {job_columns_history};
 -- name: job_delete_many.logs
 DELETE FROM hopper_job_log
 WHERE job_id IN (SELECT value FROM json_each(%(ids)s));
+
+-- name: job_delete_many.steps
+-- The step ledgers go with the jobs (step results may hold personal data).
+DELETE FROM hopper_job_step
+WHERE job_id IN (SELECT value FROM json_each(%(ids)s));
