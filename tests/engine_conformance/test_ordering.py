@@ -180,6 +180,34 @@ def test_retry_ordering_key__a_marked_running_job_that_snoozes_is_claimable_at_o
     assert WAKE_MARKER not in get(engine, head).metadata
 
 
+@pytest.mark.parametrize("outcome", ["completed", "discarded", "canceled"])
+def test_retry_ordering_key__the_wake_marker_never_reaches_history(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int, outcome: str
+) -> None:
+    keyed(engine, db_now, "a", 2, metadata={"team": "x"})
+    (head,) = claim(engine, client_id, db_now, queue=Q)
+    assert wake(engine, db_now, "a") == 0  # marks the running head
+
+    finalize(engine, db_now, result(head, outcome, output=1))
+
+    assert get(engine, head).metadata == {"team": "x"}
+
+
+def test_retry_ordering_key__a_marked_job_canceled_while_waiting_leaves_no_marker(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    from django_hopper.engine.params import JobCancelParams
+
+    keyed(engine, db_now, "a", 1, metadata={"team": "x"})
+    (head,) = claim(engine, client_id, db_now, queue=Q)
+    assert wake(engine, db_now, "a") == 0
+    finalize(engine, db_now, result(head, "retryable", delay=HOUR))  # keeps its mark, waiting
+
+    engine.job_cancel(JobCancelParams(id=head.id, now=db_now + SECOND))
+
+    assert get(engine, head).metadata == {"team": "x"}
+
+
 def test_retry_ordering_key__bad_input_is_refused(engine: BaseEngine, db_now: dt.datetime) -> None:
     import pytest
 

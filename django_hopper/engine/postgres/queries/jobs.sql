@@ -15,6 +15,13 @@
 -- rows or a CTE's RETURNING keeps the columns' types.
 NULL::timestamptz AS finalized_at, NULL::jsonb AS output
 
+-- fragment: history_metadata_g
+-- A job's metadata as history keeps it: without the ordering-key wake marker,
+-- which only a live job's next claim reads (metadata that is not an object is
+-- kept as it is).
+CASE WHEN jsonb_typeof(g.metadata) = 'object' THEN g.metadata - '_hopper_wake'
+     ELSE g.metadata END
+
 -- name: now
 SELECT now()
 
@@ -435,7 +442,8 @@ gone AS (
 archived AS (
     INSERT INTO hopper_job_history ({job_columns_history})
     SELECT g.id, g.kind, g.queue, g.new_state, g.priority, g.attempt, g.max_attempts,
-           g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, g.metadata,
+           g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args,
+           {history_metadata_g},
            CASE WHEN g.new_error IS NULL THEN g.errors
                 ELSE g.errors || jsonb_build_array(jsonb_build_object('at', c.now)
                                                    || g.new_error::jsonb) END,
@@ -586,7 +594,8 @@ archived AS (
         ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at, awaited,
         created_at, progress, step, finalized_at, output)
     SELECT g.id, g.kind, g.queue, 'completed', g.priority, g.attempt, g.max_attempts,
-           g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, g.metadata,
+           g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args,
+           {history_metadata_g},
            g.errors, g.unique_key, g.ordering_key, g.partition_key, g.tags, g.batch_id,
            g.expires_at, g.cancel_requested_at, g.awaited, g.created_at, g.progress, g.step,
            coalesce(%(now)s::timestamptz, now()), g.output::jsonb
@@ -679,7 +688,8 @@ gone AS (
 archived AS (
     INSERT INTO hopper_job_history ({job_columns_history})
     SELECT g.id, g.kind, g.queue, 'canceled', g.priority, g.attempt, g.max_attempts,
-           g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, g.metadata,
+           g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args,
+           {history_metadata_g},
            g.errors || jsonb_build_array(jsonb_build_object(
                'at', c.now, 'attempt', g.attempt, 'error', 'canceled', 'rescue', 'canceled')),
            g.unique_key, g.ordering_key, g.partition_key, g.tags, g.batch_id, g.expires_at,
@@ -807,7 +817,7 @@ gone AS (
 )
 INSERT INTO hopper_job_history ({job_columns_history})
 SELECT g.id, g.kind, g.queue, 'discarded', g.priority, g.attempt, g.max_attempts,
-       g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, g.metadata,
+       g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, {history_metadata_g},
        g.errors || jsonb_build_array(jsonb_build_object(
            'at', c.now, 'attempt', g.attempt, 'error', 'expired before it could run',
            'rescue', 'ttl_expired')),

@@ -133,7 +133,8 @@ gone AS (
 archived AS (
     INSERT INTO hopper_job_history ({job_columns_history})
     SELECT g.id, g.kind, g.queue, g.new_state, g.priority, g.attempt, g.max_attempts,
-           g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args, g.metadata,
+           g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args,
+           {history_metadata_g},
            g.errors || jsonb_build_array(jsonb_build_object(
                'at', c.now, 'attempt', g.attempt, 'error', 'a dependency was canceled or discarded',
                'rescue', 'dependency_failed')),

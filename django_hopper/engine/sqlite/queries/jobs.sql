@@ -24,6 +24,17 @@ CASE WHEN json_valid(metadata) THEN json_extract(metadata, '$._hopper_wake') END
 -- fragment: wake_marked_j
 CASE WHEN json_valid(j.metadata) THEN json_extract(j.metadata, '$._hopper_wake') END IS NOT NULL
 
+-- fragment: history_metadata
+-- A job's metadata as history keeps it: without the ordering-key wake marker,
+-- which only a live job's next claim reads (metadata that is not a JSON object
+-- is kept as it is).
+CASE WHEN json_valid(metadata) AND json_type(metadata) = 'object'
+     THEN json_remove(metadata, '$._hopper_wake') ELSE metadata END
+
+-- fragment: history_metadata_j
+CASE WHEN json_valid(j.metadata) AND json_type(j.metadata) = 'object'
+     THEN json_remove(j.metadata, '$._hopper_wake') ELSE j.metadata END
+
 
 -- name: job_insert_many
 -- %(rows)s: [id, kind, queue, state, priority, max_attempts, scheduled_at, args,
@@ -259,7 +270,7 @@ SELECT j.id, j.kind, j.queue,
        CASE WHEN r.state IN ('completed', 'canceled', 'discarded') THEN r.state
             ELSE 'canceled' END,
        j.priority, j.attempt, j.max_attempts, j.scheduled_at, j.attempted_at,
-       j.attempted_by, j.fence, j.args, j.metadata,
+       j.attempted_by, j.fence, j.args, {history_metadata_j},
        CASE WHEN r.error IS NULL THEN j.errors
             ELSE hopper_json_append(j.errors, r.error) END,
        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
@@ -448,7 +459,7 @@ LIMIT %(limit)s;
 -- A waiting job goes to history as canceled, with an error entry hopper records itself.
 INSERT INTO hopper_job_history ({job_columns_history})
 SELECT id, kind, queue, 'canceled', priority, attempt, max_attempts, scheduled_at,
-       attempted_at, attempted_by, fence, args, metadata,
+       attempted_at, attempted_by, fence, args, {history_metadata},
        hopper_json_append(errors, json_object('at', %(at)s, 'attempt', attempt,
                                                'error', 'canceled', 'rescue', 'canceled')),
        unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
@@ -532,7 +543,7 @@ SELECT 1 FROM hopper_job WHERE id = %(id)s;
 -- Waiting jobs past their TTL go to history as discarded.
 INSERT INTO hopper_job_history ({job_columns_history})
 SELECT id, kind, queue, 'discarded', priority, attempt, max_attempts, scheduled_at,
-       attempted_at, attempted_by, fence, args, metadata,
+       attempted_at, attempted_by, fence, args, {history_metadata},
        hopper_json_append(errors, json_object('at', %(at)s, 'attempt', attempt,
                                                'error', 'expired before it could run',
                                                'rescue', 'ttl_expired')),

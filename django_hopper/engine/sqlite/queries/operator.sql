@@ -10,7 +10,7 @@
 -- Waiting jobs to history as canceled.
 INSERT INTO hopper_job_history ({job_columns_history})
 SELECT id, kind, queue, 'canceled', priority, attempt, max_attempts, scheduled_at,
-       attempted_at, attempted_by, fence, args, metadata,
+       attempted_at, attempted_by, fence, args, {history_metadata},
        json_insert(errors, '$[#]', json_object('at', %(at)s, 'attempt', attempt,
                                                'error', 'canceled', 'rescue', 'canceled')),
        unique_key, ordering_key, partition_key, tags, batch_id, expires_at,

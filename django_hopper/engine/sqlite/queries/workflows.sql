@@ -86,7 +86,7 @@ RETURNING queue;
 INSERT INTO hopper_job_history ({job_columns_history})
 SELECT j.id, j.kind, j.queue, json_extract(f.value, '$[1]'), j.priority, j.attempt,
        j.max_attempts, j.scheduled_at, j.attempted_at, j.attempted_by, j.fence, j.args,
-       j.metadata,
+       {history_metadata_j},
        hopper_json_append(j.errors, json_object(
            'at', %(at)s, 'attempt', j.attempt,
            'error', 'a dependency was canceled or discarded', 'rescue', 'dependency_failed')),
