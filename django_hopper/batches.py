@@ -21,13 +21,13 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from django_hopper import signals
 from django_hopper.exceptions import InvalidJob, NotFound
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine, BatchWorkflowContract
+    from django_hopper.engine.base import BaseEngine
     from django_hopper.engine.params import JobInsertParams
     from django_hopper.jobs import JobFunction, JobHandle, PreparedJob
     from django_hopper.types import BatchRow, JobRow
@@ -35,11 +35,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_hopper.batches")
 
 __all__ = ["Batch", "BatchHandle", "get_batch", "settle_finished"]
-
-
-def contract(engine: BaseEngine) -> BatchWorkflowContract:
-    """Return the engine as the batch and workflow contract every engine implements."""
-    return cast("BatchWorkflowContract", engine)
 
 
 def call_params(
@@ -159,7 +154,7 @@ class Batch:
         metadata = json_normalize(self.metadata, "metadata")
         engine = get_engine()
         with transaction.atomic(using=engine.alias):
-            batch_id = contract(engine).batch_insert(
+            batch_id = engine.batch_insert(
                 BatchInsertParams(
                     total=len(self._calls),
                     on_success=self._callbacks.get("on_success"),
@@ -185,7 +180,7 @@ def get_batch(batch_id: uuid.UUID | str, *, alias: str | None = None) -> BatchRo
     from django_hopper.engine import get_engine
 
     bid = parse_job_id(batch_id, "batch_id")
-    row = contract(get_engine(alias)).batch_get(bid)
+    row = get_engine(alias).batch_get(bid)
     if row is None:
         raise NotFound(f"batch {bid} does not exist")
     return row
@@ -206,11 +201,11 @@ def settle_finished(engine: BaseEngine, jobs: Sequence[JobRow]) -> None:
     if not done or engine.features.single_writer:
         return
     try:
-        promoted = contract(engine).workflow_promote_ready(
+        promoted = engine.workflow_promote_ready(
             WorkflowPromoteParams(depends_on=tuple(j.id for j in done))
         )
         batches = {j.batch_id for j in done if j.batch_id is not None} | set(promoted.batches)
-        contract(engine).batch_settle(BatchSettleParams(ids=tuple(sorted(batches))))
+        engine.batch_settle(BatchSettleParams(ids=tuple(sorted(batches))))
     except Exception:
         logger.warning(
             "settling the batches of %d finalized jobs failed; the leader's sweep will",

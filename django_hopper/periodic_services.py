@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from django_hopper import periodic
-from django_hopper.engine.base import BaseEngine, PeriodicHistoryContract
+from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import (
     HistoryIndexParams,
     HistoryIndexResult,
@@ -38,13 +38,6 @@ from django_hopper.exceptions import HopperError
 from django_hopper.types import PeriodicRegistrationRow
 
 logger = logging.getLogger("django_hopper.periodic")
-
-
-def _contract(engine: BaseEngine) -> PeriodicHistoryContract:
-    """Return the engine as the issue-6 contract (every engine mixes it in)."""
-    if not isinstance(engine, PeriodicHistoryContract):
-        raise TypeError(f"{type(engine).__name__} does not implement PeriodicHistoryContract")
-    return engine
 
 
 @dataclass(slots=True)
@@ -87,7 +80,7 @@ class PeriodicEnqueuer:
         definitions: list[periodic.PeriodicDefinition] | None = None,
     ) -> None:
         self.engine = engine
-        self.contract = _contract(engine)
+        self.contract = engine
         self.client_id = client_id
         #: None: read ``periodic.definitions()`` on each pass (code and settings).
         self._definitions = definitions
@@ -180,7 +173,7 @@ class HistoryRetention:
         create_ahead: int = 3,
     ) -> None:
         self.engine = engine
-        self.contract = _contract(engine)
+        self.contract = engine
         self.completed_retention = completed_retention
         self.failed_retention = failed_retention
         self.lock_timeout = lock_timeout
@@ -221,7 +214,7 @@ class HistoryIndexer:
 
     def __init__(self, engine: BaseEngine, params: HistoryIndexParams | None = None) -> None:
         self.engine = engine
-        self.contract = _contract(engine)
+        self.contract = engine
         self.params = params or HistoryIndexParams()
 
     def run_once(self, now: dt.datetime | None = None) -> HistoryIndexResult:
@@ -238,7 +231,7 @@ class JobsUpkeep:
 
     def __init__(self, engine: BaseEngine, params: JobsMaintainParams | None = None) -> None:
         self.engine = engine
-        self.contract = _contract(engine)
+        self.contract = engine
         self.params = params or JobsMaintainParams()
 
     def run_once(self, now: dt.datetime | None = None) -> JobsMaintainResult:

@@ -35,7 +35,7 @@ from django_hopper.engine.topics import Message
 from django_hopper.exceptions import InvalidJob
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine, PubSubContract
+    from django_hopper.engine.base import BaseEngine
     from django_hopper.jobs import JobHandle
     from django_hopper.types import SubscriptionRow
 
@@ -77,15 +77,6 @@ class Subscription:
             max_attempts=self.max_attempts,
             metadata=dict(self.metadata),
         )
-
-
-def contract(engine: BaseEngine) -> PubSubContract:
-    """Return the engine as the pub/sub contract (every engine mixes it in)."""
-    from django_hopper.engine.base import PubSubContract
-
-    if not isinstance(engine, PubSubContract):
-        raise TypeError(f"{type(engine).__name__} does not implement PubSubContract")
-    return engine
 
 
 def kind_and_queue(job_fn: Any, queue: str | None) -> tuple[str, str]:
@@ -148,7 +139,7 @@ def sync_subscriptions(
 
     subs = list(declared.values()) if subscriptions is None else subscriptions
     if subs:
-        contract(engine or get_engine()).subscription_upsert([s.row() for s in subs])
+        (engine or get_engine()).subscription_upsert([s.row() for s in subs])
     return len(subs)
 
 
@@ -156,7 +147,7 @@ def list_subscriptions() -> list[SubscriptionRow]:
     """Return every subscription recorded in the database, by name."""
     from django_hopper.engine import get_engine
 
-    return contract(get_engine()).subscription_list()
+    return get_engine().subscription_list()
 
 
 def publish(
@@ -190,7 +181,7 @@ def publish(
     if ttl is not None:
         ttl = validation.positive_duration(ttl, "ttl")
     engine = get_engine()
-    results = contract(engine).message_publish(
+    results = engine.message_publish(
         MessagePublishParams(
             topic=topic,
             payload=payload,

@@ -9,13 +9,13 @@ the engine (and :mod:`django_hopper.engine.limits`).
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from django_hopper import validation
 from django_hopper.exceptions import InvalidJob
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import QueueControlsContract
+    from django_hopper.engine.base import BaseEngine
     from django_hopper.types import QueueLimits, QueueRow, Stats
 
 __all__ = [
@@ -28,10 +28,10 @@ __all__ = [
 ]
 
 
-def _engine() -> QueueControlsContract:
+def _engine() -> BaseEngine:
     from django_hopper.engine import get_engine
 
-    return cast("QueueControlsContract", get_engine())
+    return get_engine()
 
 
 def pause_queue(name: str) -> None:

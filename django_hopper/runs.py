@@ -55,7 +55,7 @@ from django_hopper.exceptions import HopperError, InvalidJob, JobCanceled, JobFe
 from django_hopper.jobs import EnqueueOptions, JobFunction, JobHandle
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine, LeaseStepContract
+    from django_hopper.engine.base import BaseEngine
     from django_hopper.types import JSON, JobID, Progress
 
 P = ParamSpec("P")
@@ -230,16 +230,6 @@ class Run:
         self._counters[name] = self._counters.get(name, 0) + by
         return self._counters[name]
 
-    def _ledger(self) -> LeaseStepContract:
-        return self._ledger_of(self._engine)
-
-    @staticmethod
-    def _ledger_of(engine: BaseEngine) -> LeaseStepContract:
-        from django_hopper.engine.base import LeaseStepContract
-
-        assert isinstance(engine, LeaseStepContract)
-        return engine
-
     def step(self, name: str, fn: Callable[[], T], retry: int = 0) -> T:
         """Run ``fn`` once per run between commits, and return its result.
 
@@ -259,7 +249,7 @@ class Run:
         if not isinstance(retry, int) or isinstance(retry, bool) or retry < 0:
             raise InvalidJob(f"retry must be a non-negative integer, not {retry!r}", field="retry")
         self._seen.add(name)
-        ledger = self._ledger()
+        ledger = self._engine
         row = ledger.job_step_get(JobStepGetParams(step=name, **self._claim.fields()))
         if row is not None and row.done:
             return row.result  # type: ignore[no-any-return]
@@ -312,7 +302,7 @@ class Run:
             )
             if progress is None:
                 raise JobFenced(f"job {c.id} is no longer owned by this pass; nothing committed")
-            self._ledger().job_steps_clear(JobStepsClearParams(reset_attempt=True, **c.fields()))
+            self._engine.job_steps_clear(JobStepsClearParams(reset_attempt=True, **c.fields()))
         self._cursor, self._passes = value, self._passes + 1
         self.finished = done
         return run_output(value, self._counters)
@@ -440,7 +430,7 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
 
         job_id = parse_job_id(job_id)
         engine = get_engine()
-        ledger = Run._ledger_of(engine)
+        ledger = engine
         current = engine.job_get(job_id)
         if current is None:
             from django_hopper.exceptions import NotFound

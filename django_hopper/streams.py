@@ -38,7 +38,7 @@ from django_hopper.pubsub import kind_and_queue
 from django_hopper.types import StreamConsumerRow, StreamEvent, StreamPosition, StreamStart
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine, StreamsContract
+    from django_hopper.engine.base import BaseEngine
 
 __all__ = [
     "Consumer",
@@ -87,19 +87,10 @@ class Consumer:
         )
 
 
-def contract(engine: BaseEngine) -> StreamsContract:
-    """Return the engine as the streams contract (every engine mixes it in)."""
-    from django_hopper.engine.base import StreamsContract
-
-    if not isinstance(engine, StreamsContract):
-        raise TypeError(f"{type(engine).__name__} does not implement StreamsContract")
-    return engine
-
-
-def _engine() -> StreamsContract:
+def _engine() -> BaseEngine:
     from django_hopper.engine import get_engine
 
-    return contract(get_engine())
+    return get_engine()
 
 
 def append(
@@ -187,7 +178,7 @@ def sync_consumers(
 
     rows = list(declared.values()) if consumers is None else consumers
     if rows:
-        contract(engine or get_engine()).stream_consumer_upsert([c.row() for c in rows])
+        (engine or get_engine()).stream_consumer_upsert([c.row() for c in rows])
     return len(rows)
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django_hopper import signals
-from django_hopper.batches import call_params, contract
+from django_hopper.batches import call_params
 from django_hopper.exceptions import InvalidJob, NotFound
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ class Workflow:
         from django_hopper.validation import json_normalize
 
         engine = get_engine()
-        result = contract(engine).workflow_insert(
+        result = engine.workflow_insert(
             WorkflowInsertParams(
                 name=self.name,
                 jobs=signals.enqueuing(None, [n.params for n in self.nodes]),
@@ -236,7 +236,7 @@ def get_workflow(workflow_id: uuid.UUID | str, *, alias: str | None = None) -> W
     from django_hopper.engine import get_engine
 
     wid = parse_job_id(workflow_id, "workflow_id")
-    row = contract(get_engine(alias)).workflow_get(wid)
+    row = get_engine(alias).workflow_get(wid)
     if row is None:
         raise NotFound(f"workflow {wid} does not exist")
     return row

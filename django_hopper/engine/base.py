@@ -22,6 +22,7 @@ Rules every engine keeps (ARCHITECTURE.md):
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -30,6 +31,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 from django.db import connections
 
+from django_hopper import validation
+from django_hopper.engine import checks, topics
+from django_hopper.engine.limits import validate_limits
 from django_hopper.engine.params import (
     BatchInsertParams,
     BatchSettleParams,
@@ -86,11 +90,13 @@ from django_hopper.engine.params import (
     WorkflowPromoteParams,
     WorkflowPromoteResult,
 )
-from django_hopper.exceptions import NotSupported
+from django_hopper.exceptions import InvalidJob, NotSupported
 from django_hopper.types import (
+    CHANNEL_CONTROL,
     AttemptLog,
     BatchRow,
     ClientRow,
+    ControlMessage,
     HistoryPartitionRow,
     JobID,
     JobManyResult,
@@ -151,8 +157,15 @@ class Listener(ABC):
 
 
 class BaseEngine(ABC):
-    """One database engine. Stateless apart from its alias: every call uses the
-    current thread's Django connection for that alias."""
+    """One database engine: the whole contract, grouped by entity.
+
+    The public methods are the shared front, written once: each validates its
+    params (:mod:`django_hopper.engine.checks`), skips the database when there
+    is nothing to do, decides which notifications go out, and calls one vendor
+    hook (``_job_insert_many`` ...). A vendor implements the hooks only: run
+    the SQL and convert the rows. Stateless apart from its alias: every call
+    uses the current thread's Django connection for that alias.
+    """
 
     vendor: ClassVar[str]
     features: ClassVar[EngineFeatures]
@@ -164,7 +177,11 @@ class BaseEngine(ABC):
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.alias]
 
-    # -- time and schema ----------------------------------------------------
+    def listener(self) -> Listener:
+        """Open a dedicated connection for notifications (only if ``supports_listen``)."""
+        raise NotSupported(f"the {self.vendor} engine has no notifications; poll instead")
+
+    # == time and schema =======================================================
 
     @abstractmethod
     def now(self) -> dt.datetime:
@@ -177,9 +194,8 @@ class BaseEngine(ABC):
         Takes no lock, so it never waits for a migration in progress.
         """
 
-    # -- jobs ---------------------------------------------------------------
+    # == jobs ==================================================================
 
-    @abstractmethod
     def job_insert_many(
         self, params: Sequence[JobInsertParams], opts: JobInsertOpts = JobInsertOpts()
     ) -> list[JobInsertResult]:
@@ -192,14 +208,25 @@ class BaseEngine(ABC):
         args, metadata, priority, max attempts and schedule are replaced unless
         it is running. Inputs are already deduplicated by unique key.
         """
+        if not params:
+            return []
+        checks.insert_opts(opts)
+        for p in params:
+            checks.insert(p)
+        return self._job_insert_many(params, opts)
 
-    @abstractmethod
     def job_insert_copy(
         self, params: Sequence[JobInsertParams], opts: JobInsertOpts = JobInsertOpts()
     ) -> list[JobInsertResult]:
         """Bulk-load jobs without conflict handling (only if ``supports_copy``)."""
+        if not self.features.supports_copy:
+            raise NotSupported(f"the {self.vendor} engine has no COPY; use job_insert_many")
+        if not params:
+            return []
+        for p in params:
+            checks.insert(p, copy=True)
+        return self._job_insert_copy(params, opts)
 
-    @abstractmethod
     def job_claim(self, params: JobClaimParams) -> JobClaimResult:
         """Move up to ``limit`` claimable jobs of a queue to running, atomically.
 
@@ -208,12 +235,21 @@ class BaseEngine(ABC):
         then scheduled_at, then ID. Each claimed job gets fence+1, attempt+1,
         attempted_at = now, attempted_by = client, snooze reason cleared.
         """
+        if checks.limit(params.limit) == 0:
+            return JobClaimResult(jobs=[])
+        validation.queue_name(params.queue)
+        if params.limited:
+            return self._job_claim_limited(params)
+        return self._job_claim(params)
 
-    @abstractmethod
     def job_schedule(self, params: JobScheduleParams) -> int:
         """Make due scheduled and retryable jobs available; return how many."""
+        if params.queue is not None:
+            validation.queue_name(params.queue)
+        if checks.limit(params.limit) == 0:
+            return 0
+        return self._job_schedule(params)
 
-    @abstractmethod
     def job_finalize_many(self, params: JobFinalizeParams) -> list[JobFinalized]:
         """Apply a batch of results in one statement, each fenced to its claim.
 
@@ -221,8 +257,12 @@ class BaseEngine(ABC):
         client (or lease) at the same fence. Returns the applied results; the
         caller treats the rest as fenced.
         """
+        checks.limit(params.keep_logs, "keep_logs")
+        if not params.jobs:
+            return []
+        checks.finalize(params.jobs)
+        return self._job_finalize_many(params)
 
-    @abstractmethod
     def job_record_progress(self, params: JobRecordProgressParams) -> Progress | None:
         """Store a running job's progress, fenced like a finalize.
 
@@ -230,20 +270,23 @@ class BaseEngine(ABC):
         the job. With ``no_wait``, raises JobLocked at once if another
         transaction holds the row.
         """
+        return self._job_record_progress(params)
 
-    @abstractmethod
     def job_get(self, id: JobID) -> JobRow | None:
         """Return a job by ID, live or from history, or None."""
+        return self._job_get(id)
 
-    @abstractmethod
     def job_logs(self, id: JobID) -> list[AttemptLog]:
         """Return the logs of a job's attempts, oldest first."""
+        return self._job_logs(id)
 
-    @abstractmethod
     def job_list(self, params: JobListParams) -> list[JobRow]:
         """Return live and history jobs matching the filter, in ID order."""
+        checks.job_list(params)
+        if params.limit == 0:
+            return []
+        return self._job_list(params)
 
-    @abstractmethod
     def job_cancel(self, params: JobCancelParams) -> JobRow:
         """Cancel a job; return it as it is afterwards.
 
@@ -251,8 +294,8 @@ class BaseEngine(ABC):
         request (cancel_requested_at) and a control notification; a finalized
         job is returned unchanged. Raises NotFound for an unknown job.
         """
+        return self._job_cancel(params)
 
-    @abstractmethod
     def job_retry(self, params: JobRetryParams) -> JobRow:
         """Make a job available now.
 
@@ -262,189 +305,46 @@ class BaseEngine(ABC):
         running job, UniqueConflict if a live job holds the same unique key,
         NotFound for an unknown job. Keeps progress unless ``from_start``.
         """
+        return self._job_retry(params)
 
-    @abstractmethod
     def job_delete(self, params: JobDeleteParams) -> JobRow:
         """Remove a job that is not running; return it as last stored.
 
         Raises JobRunning for a running job, NotFound for an unknown one.
         """
+        return self._job_delete(params)
 
-    @abstractmethod
     def job_cancel_many(self, params: JobCancelManyParams) -> JobManyResult:
         """Cancel each job as ``job_cancel`` would, set-based: a statement per call.
 
         Unknown jobs are reported NOT_FOUND (not raised), finished ones
         FINISHED, so one bad ID never hides what happened to the rest.
         """
+        return self._job_cancel_many(params)
 
-    @abstractmethod
     def job_retry_many(self, params: JobRetryManyParams) -> JobManyResult:
         """Retry each job as ``job_retry`` would; its errors become RUNNING,
         UNIQUE_CONFLICT and NOT_FOUND outcomes, and those jobs are unchanged."""
+        return self._job_retry_many(params)
 
-    @abstractmethod
     def job_delete_many(self, params: JobDeleteManyParams) -> JobManyResult:
         """Delete each job as ``job_delete`` would; a running one is RUNNING, unchanged."""
+        return self._job_delete_many(params)
 
-    @abstractmethod
     def job_discard_expired(self, params: JobDiscardExpiredParams) -> list[JobRow]:
         """Move waiting jobs past their TTL to history as discarded."""
+        if checks.limit(params.limit) == 0:
+            return []
+        return self._job_discard_expired(params)
 
-    @abstractmethod
     def job_rescue_candidates(self, params: JobRescueParams) -> list[RescueCandidate]:
         """Return running jobs whose client has no unexpired lease, plus (if
         ``stuck_after``) running jobs claimed longer ago than that; never a job
         under a job lease, which its lease governs (``job_expire_leases``), so
         that every candidate is one a finalize fenced to its claim can end."""
-
-    # -- clients ------------------------------------------------------------
-
-    @abstractmethod
-    def client_register(self, params: ClientRegisterParams) -> int: ...
-
-    @abstractmethod
-    def client_renew(self, params: ClientRenewParams) -> ClientRenewResult: ...
-
-    @abstractmethod
-    def client_delete(self, client_id: int) -> None: ...
-
-    @abstractmethod
-    def client_prune_expired(self, now: dt.datetime | None = None) -> int: ...
-
-    @abstractmethod
-    def client_list(self) -> list[ClientRow]: ...
-
-    # -- leader -------------------------------------------------------------
-
-    @abstractmethod
-    def leader_attempt(self, params: LeaderParams) -> bool:
-        """Take or renew the leader lease; True if the client leads afterwards."""
-
-    @abstractmethod
-    def leader_resign(self, client_id: int) -> None:
-        """Give up leadership if held, and signal others to elect."""
-
-    @abstractmethod
-    def leader_get(self, now: dt.datetime | None = None) -> int | None:
-        """Return the leader's client ID, or None if the lease is free or expired."""
-
-    # -- queues -------------------------------------------------------------
-
-    @abstractmethod
-    def queue_ensure(self, names: Sequence[str], now: dt.datetime | None = None) -> None: ...
-
-    @abstractmethod
-    def queue_list(self) -> list[QueueRow]: ...
-
-    # -- notifications ------------------------------------------------------
-
-    @abstractmethod
-    def notify(self, channel: str, payloads: Sequence[str]) -> None:
-        """Send notifications, delivered when the surrounding transaction
-        commits. Engines without notifications do nothing."""
-
-    def listener(self) -> Listener:
-        """Open a dedicated connection for notifications."""
-        raise NotSupported(f"the {self.vendor} engine has no notifications; poll instead")
-
-
-class PeriodicHistoryContract:
-    """Periodic slots, history retention and live-table upkeep (seed semantics).
-
-    Ordinary methods, so that engines gain them one at a time through their
-    mixins; an engine without one raises NotImplementedError.
-    """
-
-    def periodic_insert(self, params: PeriodicInsertParams) -> tuple[JobRow | None, bool]:
-        """Insert the job of a slot unless that slot (or a later one) was inserted.
-
-        Atomic: of two leaders inserting the same slot, one inserts and the
-        other gets ``(None, False)``; a slot produces at most one job. Returns
-        the job and True when inserted; ``(existing, False)`` when the job was a
-        unique-key duplicate (the slot is still recorded).
-        """
-        raise NotImplementedError
-
-    def periodic_last_slots(self) -> dict[str, dt.datetime]:
-        """Return the last inserted slot per periodic job name."""
-        raise NotImplementedError
-
-    def periodic_register(self, params: PeriodicRegisterParams) -> None:
-        """Replace a client's registrations atomically.
-
-        Records none for a client whose lease expired or whose row is gone, and
-        deletes the registrations of clients whose row is gone.
-        """
-        raise NotImplementedError
-
-    def periodic_registrations(
-        self, now: dt.datetime | None = None
-    ) -> list[PeriodicRegistrationRow]:
-        """Return the registrations of clients whose lease has not expired."""
-        raise NotImplementedError
-
-    def history_maintain(self, params: HistoryMaintainParams) -> HistoryMaintainResult:
-        """Enforce retention on history and prepare storage ahead; idempotent."""
-        raise NotImplementedError
-
-    def history_partitions(self) -> list[HistoryPartitionRow]:
-        """List history's storage units: its partitions, or the one table with its row count."""
-        raise NotImplementedError
-
-    def history_index(self, params: HistoryIndexParams) -> HistoryIndexResult:
-        """Build indexes declared on history for partitions that lack them.
-
-        Runs outside any transaction (concurrent builds); idempotent.
-        """
-        raise NotImplementedError
-
-    def jobs_maintain(self, params: JobsMaintainParams | None = None) -> JobsMaintainResult:
-        """Vacuum / analyze the hot tables when they need it, never waiting for a lock."""
-        raise NotImplementedError
-
-
-class BatchWorkflowContract(ABC):
-    """Batches and workflows: every engine implements each of these."""
-
-    @abstractmethod
-    def batch_insert(self, params: BatchInsertParams) -> JobID:
-        """Create a batch expecting ``total`` jobs; return its ID."""
-
-    @abstractmethod
-    def batch_settle(self, params: BatchSettleParams) -> BatchSettleResult:
-        """Fold batches' recorded progress in, and complete those with no job left.
-
-        Completing a batch inserts its callbacks in the same transaction, and
-        only the transaction that completes it does, so callbacks fire once.
-        """
-
-    @abstractmethod
-    def batch_get(self, id: JobID) -> BatchRow | None:
-        """Return a batch's progress (folded), or None."""
-
-    @abstractmethod
-    def workflow_insert(self, params: WorkflowInsertParams) -> WorkflowInsertResult:
-        """Insert a workflow's batch, jobs and edges atomically; jobs with dependencies
-        start pending. Refuse an invalid workflow before writing anything."""
-
-    @abstractmethod
-    def workflow_get(self, id: JobID) -> WorkflowRow | None:
-        """Return a workflow's batch, jobs (live and history), edges and step names."""
-
-    @abstractmethod
-    def workflow_promote_ready(self, params: WorkflowPromoteParams) -> WorkflowPromoteResult:
-        """Promote pending jobs whose dependencies have all finalized, or fail them
-        (cancel or discard, following the edge's on_failure) when one failed; the
-        failure cascades down the graph within the call."""
-
-
-class QueueControlsContract:
-    """Ordering keys, pause, limits, aging and stats (seed semantics).
-
-    Ordinary methods, so that engines gain them through their mixins; an
-    engine without one raises NotImplementedError.
-    """
+        if checks.limit(params.limit) == 0:
+            return []
+        return self._job_rescue_candidates(params)
 
     def job_retry_ordering_key(self, params: JobRetryOrderingKeyParams) -> int:
         """Wake an ordering key: up to ``limit`` of its scheduled or retryable jobs
@@ -452,40 +352,28 @@ class QueueControlsContract:
         losing their snooze reason; return how many. A running job of the key is
         marked (WAKE_MARKER) so that a snooze or retry of it is claimable at once.
         Pending and finalized jobs are left alone."""
-        raise NotImplementedError
+        params = dataclasses.replace(
+            params,
+            queue=validation.queue_name(params.queue),
+            ordering_key=checks.ordering_key(params.ordering_key),
+        )
+        if checks.limit(params.limit) == 0:
+            return 0
+        return self._job_retry_ordering_key(params)
 
     def job_age(self, params: JobAgeParams) -> int:
         """Raise by one level (up to 100) the priority of the queue's jobs that have
         been claimable for longer than ``after``; return how many."""
-        raise NotImplementedError
+        validation.queue_name(params.queue)
+        validation.positive_duration(params.after, "after")
+        return self._job_age(params)
 
-    def queue_pause(self, name: str, now: dt.datetime | None = None) -> None:
-        """Stop every client claiming from a queue (creating its row if missing),
-        and signal them on CHANNEL_CONTROL."""
-        raise NotImplementedError
+    def jobs_maintain(self, params: JobsMaintainParams | None = None) -> JobsMaintainResult:
+        """Vacuum / analyze the hot tables when they need it, never waiting for a lock."""
+        return self._jobs_maintain(params)
 
-    def queue_resume(self, name: str, now: dt.datetime | None = None) -> None:
-        """Undo queue_pause (creating the row if missing), and signal the clients."""
-        raise NotImplementedError
+    # == job leases and the step ledger ========================================
 
-    def queue_set_limits(self, limits: QueueLimits, now: dt.datetime | None = None) -> QueueRow:
-        """Set a queue's cluster-wide limits, creating the queue if needed; zero
-        removes a limit. Resets the rate limit's bucket. Signals the clients."""
-        raise NotImplementedError
-
-    def queue_get(self, name: str) -> QueueRow | None:
-        """Return one queue's row, or None if it is unknown."""
-        raise NotImplementedError
-
-    def stats(self, now: dt.datetime | None = None) -> Stats:
-        """Return queue depths and cluster state (seed ``Stats``)."""
-        raise NotImplementedError
-
-
-class LeaseStepContract(ABC):
-    """Job leases and the step ledger (seed ``JobClaimByID`` ... and seed 004)."""
-
-    @abstractmethod
     def job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow:
         """Claim a waiting job (available, scheduled or retryable, whatever its
         schedule) by ID under a job lease with a token the database generates.
@@ -498,16 +386,17 @@ class LeaseStepContract(ABC):
         TTL, queue paused, or not its ordering key's head). Waits for the row
         if another transaction holds it.
         """
+        checks.ttl(params.ttl)
+        return self._job_claim_by_id(params)
 
-    @abstractmethod
     def job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus:
         """Extend a job lease by its TTL from database now; report a cancel request.
 
         Raises JobFenced once the lease is no longer the job's. Succeeds until
         an expiry is applied, not only until ``expires_at``.
         """
+        return self._job_lease_renew(params)
 
-    @abstractmethod
     def job_expire_leases(self, params: JobExpireLeasesParams) -> list[JobRow]:
         """End the attempts of up to ``limit`` jobs whose leases are due.
 
@@ -521,16 +410,19 @@ class LeaseStepContract(ABC):
         Each ends as :func:`lease_expiry_result` says. Expires nothing unless
         ``client_id``'s own lease is live. Returns the jobs as they are afterwards.
         """
+        if checks.limit(params.limit) == 0:
+            return []
+        return self._job_expire_leases(params)
 
-    @abstractmethod
     def job_step_get(self, params: JobStepGetParams) -> JobStepRow | None:
         """Return a step's ledger row (None if never tried), as the claim that owns the job.
 
         A step boundary: renews the job's lease in the same transaction when
         the claim is a lease. Raises JobFenced if the claim no longer owns the job.
         """
+        checks.step(params.step)
+        return self._job_step_get(params)
 
-    @abstractmethod
     def job_step_record(self, params: JobStepRecordParams) -> JobStepRow:
         """Record one try of a step, conditional on the claim still owning the job.
 
@@ -539,70 +431,248 @@ class LeaseStepContract(ABC):
         transaction when the claim is a lease. Raises JobFenced, writing
         nothing, if the claim lost the job.
         """
+        checks.step(params.step)
+        return self._job_step_record(params)
 
-    @abstractmethod
     def job_steps_clear(self, params: JobStepsClearParams) -> int:
         """Drop a job's step ledger as the claim that owns it; return the rows dropped.
 
         Raises JobFenced, dropping nothing, if the claim lost the job (a stale
         pass must not empty the ledger of the pass that took the job over).
         """
+        return self._job_steps_clear(params)
 
-    @abstractmethod
     def job_steps(self, id: JobID) -> list[JobStepRow]:
         """Return a job's step ledger in the order the steps were first tried (no fence)."""
+        return self._job_steps(id)
 
+    # == clients ===============================================================
 
-class PubSubContract(ABC):
-    """Subscriptions and publishing: every engine implements each of these."""
+    def client_register(self, params: ClientRegisterParams) -> int:
+        checks.ttl(params.ttl)
+        return self._client_register(params)
 
-    @abstractmethod
+    def client_renew(self, params: ClientRenewParams) -> ClientRenewResult:
+        checks.ttl(params.ttl)
+        return self._client_renew(params)
+
+    def client_delete(self, client_id: int) -> None:
+        return self._client_delete(client_id)
+
+    def client_prune_expired(self, now: dt.datetime | None = None) -> int:
+        return self._client_prune_expired(now)
+
+    def client_list(self) -> list[ClientRow]:
+        return self._client_list()
+
+    # == leader ================================================================
+
+    def leader_attempt(self, params: LeaderParams) -> bool:
+        """Take or renew the leader lease; True if the client leads afterwards."""
+        checks.ttl(params.ttl)
+        return self._leader_attempt(params)
+
+    def leader_resign(self, client_id: int) -> None:
+        """Give up leadership if held, and signal others to elect."""
+        return self._leader_resign(client_id)
+
+    def leader_get(self, now: dt.datetime | None = None) -> int | None:
+        """Return the leader's client ID, or None if the lease is free or expired."""
+        return self._leader_get(now)
+
+    # == queues ================================================================
+
+    def queue_ensure(self, names: Sequence[str], now: dt.datetime | None = None) -> None:
+        checked = checks.queue_names(names)
+        if checked:
+            self._queue_ensure(checked, now)
+
+    def queue_list(self) -> list[QueueRow]:
+        return self._queue_list()
+
+    def queue_get(self, name: str) -> QueueRow | None:
+        """Return one queue's row, or None if it is unknown."""
+        return self._queue_get(validation.queue_name(name, "name"))
+
+    def queue_pause(self, name: str, now: dt.datetime | None = None) -> None:
+        """Stop every client claiming from a queue (creating its row if missing),
+        and signal them on CHANNEL_CONTROL."""
+        queue = validation.queue_name(name, "name")
+        self._queue_pause(queue, now)
+        self.notify(CHANNEL_CONTROL, [ControlMessage.pause(queue).payload()])
+
+    def queue_resume(self, name: str, now: dt.datetime | None = None) -> None:
+        """Undo queue_pause (creating the row if missing), and signal the clients."""
+        queue = validation.queue_name(name, "name")
+        self._queue_resume(queue, now)
+        self.notify(CHANNEL_CONTROL, [ControlMessage.resume(queue).payload()])
+
+    def queue_set_limits(self, limits: QueueLimits, now: dt.datetime | None = None) -> QueueRow:
+        """Set a queue's cluster-wide limits, creating the queue if needed; zero
+        removes a limit. Resets the rate limit's bucket. Signals the clients."""
+        checked = validate_limits(limits)
+        row = self._queue_set_limits(checked, now)
+        self.notify(
+            CHANNEL_CONTROL, [ControlMessage.limits(checked.name, checked.limited).payload()]
+        )
+        return row
+
+    def stats(self, now: dt.datetime | None = None) -> Stats:
+        """Return queue depths and cluster state (seed ``Stats``)."""
+        return self._stats(now)
+
+    # == batches ===============================================================
+
+    def batch_insert(self, params: BatchInsertParams) -> JobID:
+        """Create a batch expecting ``total`` jobs; return its ID."""
+        checks.batch(params)
+        return self._batch_insert(params)
+
+    def batch_settle(self, params: BatchSettleParams) -> BatchSettleResult:
+        """Fold batches' recorded progress in, and complete those with no job left.
+
+        Completing a batch inserts its callbacks in the same transaction, and
+        only the transaction that completes it does, so callbacks fire once.
+        """
+        if params.ids is not None and not params.ids:
+            return BatchSettleResult()
+        checks.limit(params.limit)
+        return self._batch_settle(params)
+
+    def batch_get(self, id: JobID) -> BatchRow | None:
+        """Return a batch's progress (folded), or None."""
+        return self._batch_get(id)
+
+    # == workflows =============================================================
+
+    def workflow_insert(self, params: WorkflowInsertParams) -> WorkflowInsertResult:
+        """Insert a workflow's batch, jobs and edges atomically; jobs with dependencies
+        start pending. Refuse an invalid workflow before writing anything."""
+        checks.workflow(params)
+        return self._workflow_insert(params)
+
+    def workflow_get(self, id: JobID) -> WorkflowRow | None:
+        """Return a workflow's batch, jobs (live and history), edges and step names."""
+        return self._workflow_get(id)
+
+    def workflow_promote_ready(self, params: WorkflowPromoteParams) -> WorkflowPromoteResult:
+        """Promote pending jobs whose dependencies have all finalized, or fail them
+        (cancel or discard, following the edge's on_failure) when one failed; the
+        failure cascades down the graph within the call."""
+        if params.depends_on is not None and not params.depends_on:
+            return WorkflowPromoteResult()
+        checks.positive_limit(params.limit)
+        return self._workflow_promote_ready(params)
+
+    # == periodic jobs =========================================================
+
+    def periodic_insert(self, params: PeriodicInsertParams) -> tuple[JobRow | None, bool]:
+        """Insert the job of a slot unless that slot (or a later one) was inserted.
+
+        Atomic: of two leaders inserting the same slot, one inserts and the
+        other gets ``(None, False)``; a slot produces at most one job. Returns
+        the job and True when inserted; ``(existing, False)`` when the job was a
+        unique-key duplicate (the slot is still recorded).
+        """
+        return self._periodic_insert(params)
+
+    def periodic_last_slots(self) -> dict[str, dt.datetime]:
+        """Return the last inserted slot per periodic job name."""
+        return self._periodic_last_slots()
+
+    def periodic_register(self, params: PeriodicRegisterParams) -> None:
+        """Replace a client's registrations atomically.
+
+        Records none for a client whose lease expired or whose row is gone, and
+        deletes the registrations of clients whose row is gone.
+        """
+        return self._periodic_register(params)
+
+    def periodic_registrations(
+        self, now: dt.datetime | None = None
+    ) -> list[PeriodicRegistrationRow]:
+        """Return the registrations of clients whose lease has not expired."""
+        return self._periodic_registrations(now)
+
+    # == history ===============================================================
+
+    def history_maintain(self, params: HistoryMaintainParams) -> HistoryMaintainResult:
+        """Enforce retention on history and prepare storage ahead; idempotent."""
+        return self._history_maintain(params)
+
+    def history_partitions(self) -> list[HistoryPartitionRow]:
+        """List history's storage units: its partitions, or the one table with its row count."""
+        return self._history_partitions()
+
+    def history_index(self, params: HistoryIndexParams) -> HistoryIndexResult:
+        """Build indexes declared on history for partitions that lack them.
+
+        Runs outside any transaction (concurrent builds); idempotent.
+        """
+        return self._history_index(params)
+
+    # == notifications =========================================================
+
+    def notify(self, channel: str, payloads: Sequence[str]) -> None:
+        """Send notifications, delivered when the surrounding transaction
+        commits. Engines without notifications do nothing."""
+        checks.channel(channel)
+        if payloads and self.features.supports_listen:
+            self._notify(channel, payloads)
+
+    # == pub/sub ===============================================================
+
     def subscription_upsert(
         self, rows: Sequence[SubscriptionRow], now: dt.datetime | None = None
     ) -> None:
         """Record subscriptions, updating pattern, kind, queue and settings by name."""
+        checked = {r.name: r for r in (topics.check_subscription(r) for r in rows)}
+        if checked:
+            self._subscription_upsert(list(checked.values()), now)
 
-    @abstractmethod
     def subscription_list(self) -> list[SubscriptionRow]:
         """Return every subscription, by name."""
+        return self._subscription_list()
 
-    @abstractmethod
     def message_publish(self, params: MessagePublishParams) -> list[JobInsertResult]:
         """Insert one delivery per subscription whose pattern matches the topic, in
         one insert statement of the caller's transaction; return them in
         subscription-name order. A delivery whose dedup key matches a live one is
         returned as a duplicate."""
+        return self._message_publish(topics.check_publish(params))
 
+    # == streams ===============================================================
 
-class StreamsContract(ABC):
-    """The stream log and its consumers: every engine implements each of these."""
-
-    @abstractmethod
     def stream_append(self, params: StreamAppendParams) -> StreamEvent:
         """Append one event and return it with its position."""
+        return self._stream_append(topics.check_append(params))
 
-    @abstractmethod
     def stream_read(self, params: StreamReadParams) -> list[StreamEvent]:
         """Page through committed events after a position whose topic matches, in
         position order. For browsing: a consumer is what never misses a late commit."""
+        params = topics.check_read(params)
+        if params.limit == 0:
+            return []
+        return self._stream_read(params)
 
-    @abstractmethod
     def stream_consumer_upsert(
         self, rows: Sequence[StreamConsumerRow], now: dt.datetime | None = None
     ) -> None:
         """Record consumers, updating pattern, kind, queue and settings by name; a
         new consumer starts at its ``start``; an existing one keeps its position."""
+        checked = {r.name: r for r in (topics.check_consumer(r) for r in rows)}
+        if checked:
+            self._stream_consumer_upsert(list(checked.values()), now)
 
-    @abstractmethod
     def stream_consumer_list(self) -> list[StreamConsumerRow]:
         """Return every consumer with its position, by name."""
+        return self._stream_consumer_list()
 
-    @abstractmethod
     def stream_consumer_seek(self, name: str, params: StreamSeekParams) -> StreamConsumerRow:
         """Move a consumer: events after the new position are delivered (again).
         Raises NotFound for an unknown consumer."""
+        return self._stream_consumer_seek(name, params, topics.check_seek(params))
 
-    @abstractmethod
     def stream_pump(
         self, name: str, limit: int, now: dt.datetime | None = None
     ) -> StreamPumpResult:
@@ -610,7 +680,261 @@ class StreamsContract(ABC):
         and advance the position, atomically; two pumps of one consumer serialize on
         its row. Never skips an event whose transaction commits late. Raises NotFound
         for an unknown consumer."""
+        topics.check_limit(limit)
+        return self._stream_pump(name, limit, now)
 
-    @abstractmethod
     def stream_prune(self, params: StreamPruneParams) -> int:
         """Delete up to ``limit`` events older than the retention; return how many."""
+        topics.check_limit(params.limit)
+        retention = params.retention
+        if not isinstance(retention, dt.timedelta) or retention < dt.timedelta(0):
+            raise InvalidJob(
+                f"retention must be a non-negative timedelta, not {retention!r}",
+                field="retention",
+            )
+        return self._stream_prune(params)
+
+    # == vendor hooks: run the SQL, convert the rows ====================
+
+    # -- jobs
+
+    @abstractmethod
+    def _job_insert_many(
+        self, params: Sequence[JobInsertParams], opts: JobInsertOpts = JobInsertOpts()
+    ) -> list[JobInsertResult]: ...
+
+    @abstractmethod
+    def _job_insert_copy(
+        self, params: Sequence[JobInsertParams], opts: JobInsertOpts = JobInsertOpts()
+    ) -> list[JobInsertResult]: ...
+
+    @abstractmethod
+    def _job_claim(self, params: JobClaimParams) -> JobClaimResult:
+        """Claim through the unlimited path: one statement, no queue row lock."""
+
+    @abstractmethod
+    def _job_claim_limited(self, params: JobClaimParams) -> JobClaimResult:
+        """Claim through the limited path: lock the queue row, plan with engine.limits."""
+
+    @abstractmethod
+    def _job_schedule(self, params: JobScheduleParams) -> int: ...
+
+    @abstractmethod
+    def _job_finalize_many(self, params: JobFinalizeParams) -> list[JobFinalized]: ...
+
+    @abstractmethod
+    def _job_record_progress(self, params: JobRecordProgressParams) -> Progress | None: ...
+
+    @abstractmethod
+    def _job_get(self, id: JobID) -> JobRow | None: ...
+
+    @abstractmethod
+    def _job_logs(self, id: JobID) -> list[AttemptLog]: ...
+
+    @abstractmethod
+    def _job_list(self, params: JobListParams) -> list[JobRow]: ...
+
+    @abstractmethod
+    def _job_cancel(self, params: JobCancelParams) -> JobRow: ...
+
+    @abstractmethod
+    def _job_retry(self, params: JobRetryParams) -> JobRow: ...
+
+    @abstractmethod
+    def _job_delete(self, params: JobDeleteParams) -> JobRow: ...
+
+    @abstractmethod
+    def _job_cancel_many(self, params: JobCancelManyParams) -> JobManyResult: ...
+
+    @abstractmethod
+    def _job_retry_many(self, params: JobRetryManyParams) -> JobManyResult: ...
+
+    @abstractmethod
+    def _job_delete_many(self, params: JobDeleteManyParams) -> JobManyResult: ...
+
+    @abstractmethod
+    def _job_discard_expired(self, params: JobDiscardExpiredParams) -> list[JobRow]: ...
+
+    @abstractmethod
+    def _job_rescue_candidates(self, params: JobRescueParams) -> list[RescueCandidate]: ...
+
+    @abstractmethod
+    def _job_retry_ordering_key(self, params: JobRetryOrderingKeyParams) -> int: ...
+
+    @abstractmethod
+    def _job_age(self, params: JobAgeParams) -> int: ...
+
+    @abstractmethod
+    def _jobs_maintain(self, params: JobsMaintainParams | None = None) -> JobsMaintainResult: ...
+
+    # -- job leases and the step ledger
+
+    @abstractmethod
+    def _job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow: ...
+
+    @abstractmethod
+    def _job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus: ...
+
+    @abstractmethod
+    def _job_expire_leases(self, params: JobExpireLeasesParams) -> list[JobRow]: ...
+
+    @abstractmethod
+    def _job_step_get(self, params: JobStepGetParams) -> JobStepRow | None: ...
+
+    @abstractmethod
+    def _job_step_record(self, params: JobStepRecordParams) -> JobStepRow: ...
+
+    @abstractmethod
+    def _job_steps_clear(self, params: JobStepsClearParams) -> int: ...
+
+    @abstractmethod
+    def _job_steps(self, id: JobID) -> list[JobStepRow]: ...
+
+    # -- clients
+
+    @abstractmethod
+    def _client_register(self, params: ClientRegisterParams) -> int: ...
+
+    @abstractmethod
+    def _client_renew(self, params: ClientRenewParams) -> ClientRenewResult: ...
+
+    @abstractmethod
+    def _client_delete(self, client_id: int) -> None: ...
+
+    @abstractmethod
+    def _client_prune_expired(self, now: dt.datetime | None = None) -> int: ...
+
+    @abstractmethod
+    def _client_list(self) -> list[ClientRow]: ...
+
+    # -- leader
+
+    @abstractmethod
+    def _leader_attempt(self, params: LeaderParams) -> bool: ...
+
+    @abstractmethod
+    def _leader_resign(self, client_id: int) -> None: ...
+
+    @abstractmethod
+    def _leader_get(self, now: dt.datetime | None = None) -> int | None: ...
+
+    # -- queues
+
+    @abstractmethod
+    def _queue_ensure(self, names: list[str], now: dt.datetime | None = None) -> None: ...
+
+    @abstractmethod
+    def _queue_list(self) -> list[QueueRow]: ...
+
+    @abstractmethod
+    def _queue_get(self, name: str) -> QueueRow | None: ...
+
+    @abstractmethod
+    def _queue_pause(self, name: str, now: dt.datetime | None = None) -> None: ...
+
+    @abstractmethod
+    def _queue_resume(self, name: str, now: dt.datetime | None = None) -> None: ...
+
+    @abstractmethod
+    def _queue_set_limits(
+        self, limits: QueueLimits, now: dt.datetime | None = None
+    ) -> QueueRow: ...
+
+    @abstractmethod
+    def _stats(self, now: dt.datetime | None = None) -> Stats: ...
+
+    # -- batches
+
+    @abstractmethod
+    def _batch_insert(self, params: BatchInsertParams) -> JobID: ...
+
+    @abstractmethod
+    def _batch_settle(self, params: BatchSettleParams) -> BatchSettleResult: ...
+
+    @abstractmethod
+    def _batch_get(self, id: JobID) -> BatchRow | None: ...
+
+    # -- workflows
+
+    @abstractmethod
+    def _workflow_insert(self, params: WorkflowInsertParams) -> WorkflowInsertResult: ...
+
+    @abstractmethod
+    def _workflow_get(self, id: JobID) -> WorkflowRow | None: ...
+
+    @abstractmethod
+    def _workflow_promote_ready(self, params: WorkflowPromoteParams) -> WorkflowPromoteResult: ...
+
+    # -- periodic jobs
+
+    @abstractmethod
+    def _periodic_insert(self, params: PeriodicInsertParams) -> tuple[JobRow | None, bool]: ...
+
+    @abstractmethod
+    def _periodic_last_slots(self) -> dict[str, dt.datetime]: ...
+
+    @abstractmethod
+    def _periodic_register(self, params: PeriodicRegisterParams) -> None: ...
+
+    @abstractmethod
+    def _periodic_registrations(
+        self, now: dt.datetime | None = None
+    ) -> list[PeriodicRegistrationRow]: ...
+
+    # -- history
+
+    @abstractmethod
+    def _history_maintain(self, params: HistoryMaintainParams) -> HistoryMaintainResult: ...
+
+    @abstractmethod
+    def _history_partitions(self) -> list[HistoryPartitionRow]: ...
+
+    @abstractmethod
+    def _history_index(self, params: HistoryIndexParams) -> HistoryIndexResult: ...
+
+    # -- notifications
+
+    @abstractmethod
+    def _notify(self, channel: str, payloads: Sequence[str]) -> None: ...
+
+    # -- pub/sub
+
+    @abstractmethod
+    def _subscription_upsert(
+        self, rows: Sequence[SubscriptionRow], now: dt.datetime | None = None
+    ) -> None: ...
+
+    @abstractmethod
+    def _subscription_list(self) -> list[SubscriptionRow]: ...
+
+    @abstractmethod
+    def _message_publish(self, params: MessagePublishParams) -> list[JobInsertResult]: ...
+
+    # -- streams
+
+    @abstractmethod
+    def _stream_append(self, params: StreamAppendParams) -> StreamEvent: ...
+
+    @abstractmethod
+    def _stream_read(self, params: StreamReadParams) -> list[StreamEvent]: ...
+
+    @abstractmethod
+    def _stream_consumer_upsert(
+        self, rows: Sequence[StreamConsumerRow], now: dt.datetime | None = None
+    ) -> None: ...
+
+    @abstractmethod
+    def _stream_consumer_list(self) -> list[StreamConsumerRow]: ...
+
+    @abstractmethod
+    def _stream_consumer_seek(
+        self, name: str, params: StreamSeekParams, mode: str
+    ) -> StreamConsumerRow: ...
+
+    @abstractmethod
+    def _stream_pump(
+        self, name: str, limit: int, now: dt.datetime | None = None
+    ) -> StreamPumpResult: ...
+
+    @abstractmethod
+    def _stream_prune(self, params: StreamPruneParams) -> int: ...

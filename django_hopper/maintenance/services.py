@@ -196,11 +196,10 @@ class LeaseExpirer(Service):
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Expire one batch of due job leases; return how many attempts ended."""
-        from django_hopper.engine.base import LeaseStepContract
         from django_hopper.engine.params import JobExpireLeasesParams
 
         client_id = self.client_id()
-        if client_id is None or not isinstance(self.engine, LeaseStepContract):
+        if client_id is None:
             return 0
         grace = dt.timedelta(
             seconds=max(float(hopper_settings.CLIENT_TTL), float(hopper_settings.LEADER_TTL))
@@ -240,12 +239,9 @@ class Ager(Service):
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Age the queues whose interval has passed; return how many jobs were raised."""
-        from django_hopper.engine.base import QueueControlsContract
         from django_hopper.engine.params import JobAgeParams
 
         engine = self.engine
-        if not isinstance(engine, QueueControlsContract):
-            return 0
         at = now or self.engine.now()
         total = 0
         for queue in self.engine.queue_list():
@@ -354,10 +350,9 @@ class WorkflowSweeper(Service):
         """Sweep one chunk of pending steps and of open batches; return rows changed."""
         import time
 
-        from django_hopper.batches import contract
         from django_hopper.engine.params import BatchSettleParams, WorkflowPromoteParams
 
-        engine = contract(self.engine)
+        engine = self.engine
         promoted = engine.workflow_promote_ready(
             WorkflowPromoteParams(after=self._promote_after, limit=self.chunk, now=now)
         )
@@ -446,11 +441,8 @@ class StreamPumper(Service):
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Pump each consumer once; return how many deliveries were inserted."""
-        from django_hopper.engine.base import StreamsContract
 
         engine = self.engine
-        if not isinstance(engine, StreamsContract):
-            return 0
         total = 0
         for consumer in engine.stream_consumer_list():
             # Whatever one consumer's pump raises, the others are pumped this round.
@@ -482,11 +474,10 @@ class StreamRetentionService(Service):
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Delete expired events a chunk at a time; return how many."""
-        from django_hopper.engine.base import StreamsContract
         from django_hopper.engine.params import StreamPruneParams
 
         engine = self.engine
-        if self.retention <= 0 or not isinstance(engine, StreamsContract):
+        if self.retention <= 0:
             return 0
         params = StreamPruneParams(
             retention=dt.timedelta(seconds=self.retention), limit=self.chunk, now=now

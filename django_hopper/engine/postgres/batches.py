@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 
 from django.db import transaction
 
-from django_hopper.engine.base import BatchWorkflowContract
 from django_hopper.engine.params import (
     BatchInsertParams,
     BatchSettleParams,
@@ -20,7 +19,7 @@ from django_hopper.engine.params import (
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.support import QUERIES, PostgresSupport, db_errors
 from django_hopper.engine.rules import callback_to_json, callbacks_of
-from django_hopper.exceptions import InvalidJob, JobLocked
+from django_hopper.exceptions import JobLocked
 from django_hopper.ids import new_id
 from django_hopper.types import BatchRow, JobID
 
@@ -84,26 +83,16 @@ def batch_from_row(r: Sequence[Any]) -> BatchRow:
     )
 
 
-def check_callbacks(*callbacks: JobInsertParams | None) -> None:
-    """Refuse a callback the insert at completion would refuse, before anything is written."""
-    for p in callbacks:
-        if p is not None:
-            convert.validate_insert(p)
-
-
 def _json_or_none(value: Any, field: str) -> str | None:
     return None if value is None else convert.dump_json(value, field)
 
 
-class BatchesMixin(PostgresSupport, BatchWorkflowContract):
+class BatchesMixin(PostgresSupport):
     """batch_insert, batch_settle and batch_get."""
 
-    def batch_insert(self, params: BatchInsertParams) -> JobID:
+    def _batch_insert(self, params: BatchInsertParams) -> JobID:
         """Create a batch expecting ``total`` jobs."""
         total = params.total
-        if not isinstance(total, int) or isinstance(total, bool) or total < 0:
-            raise InvalidJob(f"total must be a non-negative integer, not {total!r}", field="total")
-        check_callbacks(params.on_success, params.on_failure, params.on_complete)
         batch_id = params.id or new_id()
         self._fetchone(
             "batch_insert",
@@ -121,12 +110,8 @@ class BatchesMixin(PostgresSupport, BatchWorkflowContract):
         )
         return batch_id
 
-    def batch_settle(self, params: BatchSettleParams) -> BatchSettleResult:
+    def _batch_settle(self, params: BatchSettleParams) -> BatchSettleResult:
         """Fold progress and complete batches; insert the callbacks of those completed."""
-        if params.ids is not None and not params.ids:
-            return BatchSettleResult()
-        if not isinstance(params.limit, int) or params.limit < 0:
-            raise InvalidJob(f"limit must be a non-negative integer, not {params.limit!r}")
         result = BatchSettleResult()
         with db_errors(), self._atomic():
             if params.ids is not None:
@@ -157,7 +142,7 @@ class BatchesMixin(PostgresSupport, BatchWorkflowContract):
                 self._execute("batch_settle.results", {"limit": params.limit})
         return result
 
-    def batch_get(self, id: JobID) -> BatchRow | None:
+    def _batch_get(self, id: JobID) -> BatchRow | None:
         """Return a batch with the progress not yet folded counted in."""
         row = self._fetchone("batch_get", {"id": id})
         return batch_from_row(row) if row else None

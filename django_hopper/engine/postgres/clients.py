@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from django_hopper import validation
 from django_hopper.engine.base import Listener
 from django_hopper.engine.params import (
     ClientRegisterParams,
@@ -15,15 +14,8 @@ from django_hopper.engine.params import (
 )
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.support import PostgresSupport
-from django_hopper.exceptions import DatabaseError, InvalidJob
+from django_hopper.exceptions import DatabaseError
 from django_hopper.types import CHANNEL_LEADER, ClientRow, ControlMessage, QueueRow
-
-
-def _ttl(value: dt.timedelta) -> dt.timedelta:
-    """Return a positive lease duration or raise InvalidJob naming it."""
-    if not isinstance(value, dt.timedelta) or value <= dt.timedelta(0):
-        raise InvalidJob(f"ttl must be a positive timedelta, not {value!r}", field="ttl")
-    return value
 
 
 class ClientsMixin(PostgresSupport):
@@ -48,13 +40,13 @@ class ClientsMixin(PostgresSupport):
 
     # -- clients ----------------------------------------------------------------
 
-    def client_register(self, params: ClientRegisterParams) -> int:
+    def _client_register(self, params: ClientRegisterParams) -> int:
         """Create a client's lease row and return its ID."""
         row = self._fetchone(
             "client_register",
             {
                 "hostname": params.hostname,
-                "ttl": _ttl(params.ttl),
+                "ttl": params.ttl,
                 "info": convert.dump_json(params.info, "info"),
                 "now": params.now,
             },
@@ -62,11 +54,11 @@ class ClientsMixin(PostgresSupport):
         assert row is not None
         return int(row[0])
 
-    def client_renew(self, params: ClientRenewParams) -> ClientRenewResult:
+    def _client_renew(self, params: ClientRenewParams) -> ClientRenewResult:
         """Extend an unexpired lease and read the control state, in one statement."""
         row = self._fetchone(
             "client_renew",
-            {"client_id": params.client_id, "ttl": _ttl(params.ttl), "now": params.now},
+            {"client_id": params.client_id, "ttl": params.ttl, "now": params.now},
             prepare=True,
         )
         assert row is not None
@@ -77,29 +69,29 @@ class ClientsMixin(PostgresSupport):
             limited_queues=list(row[3]),
         )
 
-    def client_delete(self, client_id: int) -> None:
+    def _client_delete(self, client_id: int) -> None:
         """Remove a client's lease row."""
         self._execute("client_delete", {"client_id": client_id})
 
-    def client_prune_expired(self, now: dt.datetime | None = None) -> int:
+    def _client_prune_expired(self, now: dt.datetime | None = None) -> int:
         """Remove expired lease rows and return how many."""
         return self._execute("client_prune_expired", {"now": now})
 
-    def client_list(self) -> list[ClientRow]:
+    def _client_list(self) -> list[ClientRow]:
         """Return every lease row, live or expired."""
         return [convert.client_from_row(row) for row in self._fetchall("client_list", {})]
 
     # -- leader -----------------------------------------------------------------
 
-    def leader_attempt(self, params: LeaderParams) -> bool:
+    def _leader_attempt(self, params: LeaderParams) -> bool:
         """Take or renew the leader lease in one upsert."""
         row = self._fetchone(
             "leader_attempt",
-            {"client_id": params.client_id, "ttl": _ttl(params.ttl), "now": params.now},
+            {"client_id": params.client_id, "ttl": params.ttl, "now": params.now},
         )
         return row is not None
 
-    def leader_resign(self, client_id: int) -> None:
+    def _leader_resign(self, client_id: int) -> None:
         """Drop the lease if held, and signal an election, in one statement."""
         payload = ControlMessage.resigned(client_id).payload()
         self._fetchall(
@@ -107,31 +99,26 @@ class ClientsMixin(PostgresSupport):
             {"client_id": client_id, "channel": CHANNEL_LEADER, "payload": payload},
         )
 
-    def leader_get(self, now: dt.datetime | None = None) -> int | None:
+    def _leader_get(self, now: dt.datetime | None = None) -> int | None:
         """Return the unexpired leader's client ID, or None."""
         row = self._fetchone("leader_get", {"now": now})
         return int(row[0]) if row else None
 
     # -- queues -----------------------------------------------------------------
 
-    def queue_ensure(self, names: Sequence[str], now: dt.datetime | None = None) -> None:
+    def _queue_ensure(self, names: Sequence[str], now: dt.datetime | None = None) -> None:
         """Record queues a client works, so they are listed before any job arrives."""
-        checked = sorted({validation.queue_name(name, "names") for name in names})
-        if checked:
-            self._execute("queue_ensure", {"names": checked, "now": now})
+        self._execute("queue_ensure", {"names": names, "now": now})
 
-    def queue_list(self) -> list[QueueRow]:
+    def _queue_list(self) -> list[QueueRow]:
         """Return every known queue."""
         return [convert.queue_from_row(row) for row in self._fetchall("queue_list", {})]
 
     # -- notifications ----------------------------------------------------------
 
-    def notify(self, channel: str, payloads: Sequence[str]) -> None:
+    def _notify(self, channel: str, payloads: Sequence[str]) -> None:
         """Send one notification per payload, delivered when the transaction commits."""
-        if not isinstance(channel, str) or not channel:
-            raise InvalidJob(f"channel must be a non-empty string, not {channel!r}")
-        if payloads:
-            self._fetchone("notify", {"channel": channel, "payloads": list(payloads)})
+        self._fetchone("notify", {"channel": channel, "payloads": list(payloads)})
 
     def listener(self) -> Listener:
         """Open a dedicated connection (never Django's) that LISTENs for notifications."""

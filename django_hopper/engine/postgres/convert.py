@@ -16,11 +16,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from django_hopper import validation
 from django_hopper.engine import decode
 from django_hopper.engine.decode import Codec
 from django_hopper.engine.params import JobFinalize, JobInsertParams
-from django_hopper.engine.rules import check_batch_job
 from django_hopper.exceptions import InvalidJob
 from django_hopper.ids import new_ids
 from django_hopper.types import (
@@ -92,38 +90,6 @@ def queue_from_row(r: Sequence[Any]) -> QueueRow:
 # Inputs
 
 
-def validate_insert(p: JobInsertParams, *, copy: bool = False) -> None:
-    """Refuse an input the database would refuse (or silently mangle), naming the field."""
-    if not isinstance(p.kind, str) or not p.kind or len(p.kind) > 255:
-        raise InvalidJob(
-            f"kind must be a non-empty string of at most 255 characters, not {p.kind!r}",
-            field="kind",
-        )
-    validation.queue_name(p.queue)
-    validation.priority(p.priority)
-    validation.max_attempts(p.max_attempts)
-    if p.scheduled_at is not None:
-        validation.aware(p.scheduled_at, "scheduled_at")
-    if p.ttl is not None:
-        validation.positive_duration(p.ttl, "ttl")
-    validation.key(p.unique_key, "unique_key")
-    validation.key(p.ordering_key, "ordering_key")
-    validation.key(p.partition_key, "partition_key")
-    if not all(isinstance(t, str) and t for t in p.tags) or isinstance(p.tags, str):
-        raise InvalidJob(f"tags must be non-empty strings, not {p.tags!r}", field="tags")
-    if p.unique_finished:
-        validation.unique_finished(p.unique_finished)
-    if p.id is not None and not isinstance(p.id, uuid.UUID):
-        raise InvalidJob(f"id must be a UUID, not {p.id!r}", field="id")
-    if p.batch_id is not None and not isinstance(p.batch_id, uuid.UUID):
-        raise InvalidJob(f"batch_id must be a UUID, not {p.batch_id!r}", field="batch_id")
-    check_batch_job(p)
-    if copy and p.unique_key is not None:
-        raise InvalidJob(
-            "job_insert_copy takes no unique keys; use job_insert_many", field="unique_key"
-        )
-
-
 def job_ids(params: Sequence[JobInsertParams]) -> list[uuid.UUID]:
     """Return each input's ID, generating time-ordered ones where none was given."""
     fresh = iter(new_ids(sum(1 for p in params if p.id is None)))
@@ -191,15 +157,6 @@ def error_json(error: AttemptError | None) -> str | None:
 
 def finalize_arrays(results: Sequence[JobFinalize]) -> dict[str, Any]:
     """Return the column arrays of a batch of results, for job_finalize_many."""
-    final = ("completed", "canceled", "discarded", "retryable", "scheduled")
-    for f in results:
-        if f.state not in final:
-            raise InvalidJob(
-                f"a result's state must be one of {', '.join(final)}, not {f.state!r}",
-                field="state",
-            )
-        if f.delay < dt.timedelta(0):
-            raise InvalidJob(f"delay must not be negative, not {f.delay!r}", field="delay")
     return {
         "id": [f.id for f in results],
         "attempted_by": [f.attempted_by for f in results],

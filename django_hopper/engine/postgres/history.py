@@ -32,7 +32,6 @@ from typing import Any
 from django.db import Error as DjangoDatabaseError
 from django.db import transaction
 
-from django_hopper.engine.base import PeriodicHistoryContract
 from django_hopper.engine.params import (
     HistoryIndexParams,
     HistoryIndexResult,
@@ -129,7 +128,7 @@ def _ms(value: dt.timedelta, default: dt.timedelta) -> str:
     return f"{max(1, int(value / dt.timedelta(milliseconds=1)))}ms"
 
 
-class PostgresHistoryMixin(PostgresSupport, PeriodicHistoryContract):
+class PostgresHistoryMixin(PostgresSupport):
     """``history_*`` and ``jobs_maintain`` of the PostgreSQL engine."""
 
     # -- helpers ------------------------------------------------------------
@@ -161,7 +160,7 @@ class PostgresHistoryMixin(PostgresSupport, PeriodicHistoryContract):
 
     # -- partitions ---------------------------------------------------------
 
-    def history_partitions(self) -> list[HistoryPartitionRow]:
+    def _history_partitions(self) -> list[HistoryPartitionRow]:
         """List history's partitions, hopper's days with their range."""
         out = []
         for name, bound, estimate, is_default in self._fetchall("history_partitions", {}):
@@ -178,7 +177,7 @@ class PostgresHistoryMixin(PostgresSupport, PeriodicHistoryContract):
             )
         return out
 
-    def history_maintain(self, params: HistoryMaintainParams) -> HistoryMaintainResult:
+    def _history_maintain(self, params: HistoryMaintainParams) -> HistoryMaintainResult:
         """Create days ahead, drop days past retention, prune the rest in chunks."""
         now = params.now or self.now()
         lock = _ms(params.lock_timeout, DEFAULT_LOCK_TIMEOUT)
@@ -330,7 +329,7 @@ class PostgresHistoryMixin(PostgresSupport, PeriodicHistoryContract):
 
     # -- indexes ------------------------------------------------------------
 
-    def history_index(self, params: HistoryIndexParams) -> HistoryIndexResult:
+    def _history_index(self, params: HistoryIndexParams) -> HistoryIndexResult:
         """Build, concurrently, each parent index a partition lacks, and attach it.
 
         ``CREATE INDEX CONCURRENTLY`` cannot run in a transaction, so this
@@ -424,7 +423,7 @@ class PostgresHistoryMixin(PostgresSupport, PeriodicHistoryContract):
 
     # -- live-table upkeep --------------------------------------------------
 
-    def jobs_maintain(self, params: JobsMaintainParams | None = None) -> JobsMaintainResult:
+    def _jobs_maintain(self, params: JobsMaintainParams | None = None) -> JobsMaintainResult:
         """Vacuum or analyze each hot table that needs it, skipping any that is locked.
 
         VACUUM cannot run inside a transaction: inside one, a table that needs

@@ -12,7 +12,6 @@ import dataclasses
 import datetime as dt
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from django.db import transaction
 
@@ -42,7 +41,6 @@ from django_hopper.engine.postgres.workflows import attach_dependencies, jobs_fi
 from django_hopper.engine.queries import COL, JOB_WIDTH
 from django_hopper.exceptions import (
     DatabaseError,
-    InvalidJob,
     JobRunning,
     NotFound,
     UniqueConflict,
@@ -106,13 +104,6 @@ _COPY_TYPES = [
 ]  # fmt: skip
 
 
-def _limit(value: Any, field: str = "limit") -> int:
-    """Return a non-negative integer limit or raise InvalidJob naming it."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidJob(f"{field} must be a non-negative integer, not {value!r}", field=field)
-    return value
-
-
 _DEFAULT_OPTS = JobInsertOpts()
 
 
@@ -121,19 +112,10 @@ class JobsMixin(PostgresSupport):
 
     # -- insert ---------------------------------------------------------------
 
-    def job_insert_many(
+    def _job_insert_many(
         self, params: Sequence[JobInsertParams], opts: JobInsertOpts = _DEFAULT_OPTS
     ) -> list[JobInsertResult]:
         """Insert a batch in one statement; settle unique keys only when the batch has them."""
-        if not params:
-            return []
-        if opts.on_conflict not in (ConflictAction.SKIP, ConflictAction.REPLACE):
-            raise InvalidJob(
-                f"on_conflict must be skip or replace, not {opts.on_conflict!r}",
-                field="on_conflict",
-            )
-        for p in params:
-            convert.validate_insert(p)
         ids = convert.job_ids(params)
         if not any(p.unique_key is not None for p in params):
             # The hot path: one statement (wake-ups included), autocommit or the
@@ -272,14 +254,10 @@ class JobsMixin(PostgresSupport):
         if queues:
             self.notify(CHANNEL_INSERT, queues)
 
-    def job_insert_copy(
+    def _job_insert_copy(
         self, params: Sequence[JobInsertParams], opts: JobInsertOpts = _DEFAULT_OPTS
     ) -> list[JobInsertResult]:
         """Bulk-load jobs with COPY: IDs made here, database now read once, rows built here."""
-        if not params:
-            return []
-        for p in params:
-            convert.validate_insert(p, copy=True)
         ids = convert.job_ids(params)
         with db_errors(), self._atomic():
             now = opts.now or self.now()
@@ -329,11 +307,9 @@ class JobsMixin(PostgresSupport):
 
     # -- claim and schedule ---------------------------------------------------
 
-    def job_claim(self, params: JobClaimParams) -> JobClaimResult:
+    def _job_claim(self, params: JobClaimParams) -> JobClaimResult:
         """Claim up to ``limit`` jobs of a queue in one statement (SKIP LOCKED)."""
-        if _limit(params.limit) == 0:
-            return JobClaimResult(jobs=[])
-        # The unlimited path; the limited one is QueuesMixin.job_claim (queues.py).
+        # The unlimited path; the limited one is QueuesMixin._job_claim_limited (queues.py).
         sql = _claim_sql(params.limit)
         rows = self._fetchall(
             "job_claim",
@@ -346,10 +322,8 @@ class JobsMixin(PostgresSupport):
         jobs = runnable(self, params, [job_from_row(row) for row in rows])
         return JobClaimResult(jobs=attach_dependencies(self, jobs))
 
-    def job_schedule(self, params: JobScheduleParams) -> int:
+    def _job_schedule(self, params: JobScheduleParams) -> int:
         """Promote due scheduled and retryable jobs and wake their queues' workers."""
-        if _limit(params.limit) == 0:
-            return 0
         with db_errors(), self._atomic():
             row = self._fetchone(
                 "job_schedule",
@@ -362,11 +336,9 @@ class JobsMixin(PostgresSupport):
 
     # -- finalize and progress ------------------------------------------------
 
-    def job_finalize_many(self, params: JobFinalizeParams) -> list[JobFinalized]:
+    def _job_finalize_many(self, params: JobFinalizeParams) -> list[JobFinalized]:
         """Apply a batch of results in one statement, each fenced to its claim."""
-        if not params.jobs:
-            return []
-        keep_logs = _limit(params.keep_logs, "keep_logs")
+        keep_logs = params.keep_logs
         # Two results with the same job and fence are one result twice: keep the first.
         seen: set[tuple[JobID, int]] = set()
         results = []
@@ -419,7 +391,7 @@ class JobsMixin(PostgresSupport):
         rows = self._fetchall(name, values, prepare=True)
         return [JobFinalized(id=row[0], fence=row[1]) for row in rows]
 
-    def job_record_progress(self, params: JobRecordProgressParams) -> Progress | None:
+    def _job_record_progress(self, params: JobRecordProgressParams) -> Progress | None:
         """Store a running attempt's progress, fenced to its claim and attempt."""
         values = {
             "id": params.id,
@@ -446,32 +418,18 @@ class JobsMixin(PostgresSupport):
 
     # -- reads ----------------------------------------------------------------
 
-    def job_get(self, id: JobID) -> JobRow | None:
+    def _job_get(self, id: JobID) -> JobRow | None:
         """Return a job, live first, then from history."""
         row = self._fetchone("job_get", {"id": id})
         return job_from_row(row) if row else None
 
-    def job_logs(self, id: JobID) -> list[AttemptLog]:
+    def _job_logs(self, id: JobID) -> list[AttemptLog]:
         """Return a job's attempt logs, oldest first."""
         return [convert.log_from_row(row) for row in self._fetchall("job_logs", {"id": id})]
 
-    def job_list(self, params: JobListParams) -> list[JobRow]:
+    def _job_list(self, params: JobListParams) -> list[JobRow]:
         """List live and history jobs together, in ID order, in one query."""
-        limit = _limit(params.limit)
-        if params.ordering_key is not None and params.queue is None:
-            raise InvalidJob(
-                "ordering_key needs queue: a key is a lane only within its queue",
-                field="ordering_key",
-            )
-        unknown = [s for s in params.states if s not in LIVE_STATES + FINAL_STATES]
-        if unknown:
-            raise InvalidJob(f"unknown job states {unknown!r}", field="states")
-        if params.metadata is not None and not isinstance(params.metadata, dict):
-            raise InvalidJob(
-                f"metadata must be a JSON object, not {params.metadata!r}", field="metadata"
-            )
-        if limit == 0:
-            return []
+        limit = params.limit
         states = list(params.states) or None
         values = {
             "live": states is None or any(s in LIVE_STATES for s in states),
@@ -495,7 +453,7 @@ class JobsMixin(PostgresSupport):
 
     # -- operator actions -----------------------------------------------------
 
-    def job_cancel(self, params: JobCancelParams) -> JobRow:
+    def _job_cancel(self, params: JobCancelParams) -> JobRow:
         """Cancel a waiting job, or ask a running one's client to stop."""
         with db_errors(), self._atomic():
             row = self._fetchone("job_cancel", {"id": params.id, "now": params.now})
@@ -515,7 +473,7 @@ class JobsMixin(PostgresSupport):
             return found
         return job
 
-    def job_retry(self, params: JobRetryParams) -> JobRow:
+    def _job_retry(self, params: JobRetryParams) -> JobRow:
         """Make a job available now, from history or from its wait."""
         values = {"id": params.id, "from_start": bool(params.from_start), "now": params.now}
         job: JobRow | None = None
@@ -545,7 +503,7 @@ class JobsMixin(PostgresSupport):
             raise NotFound(f"job {params.id} does not exist")
         return job
 
-    def job_delete(self, params: JobDeleteParams) -> JobRow:
+    def _job_delete(self, params: JobDeleteParams) -> JobRow:
         """Remove a job that is not running (live or from history) with its logs."""
         with db_errors(), self._atomic():
             row = self._fetchone("job_delete", {"id": params.id})
@@ -561,10 +519,8 @@ class JobsMixin(PostgresSupport):
             raise NotFound(f"job {params.id} does not exist")
         return job
 
-    def job_discard_expired(self, params: JobDiscardExpiredParams) -> list[JobRow]:
+    def _job_discard_expired(self, params: JobDiscardExpiredParams) -> list[JobRow]:
         """Move waiting jobs past their TTL to history as discarded."""
-        if _limit(params.limit) == 0:
-            return []
         with db_errors(), self._atomic():
             rows = self._fetchall("job_discard_expired", {"limit": params.limit, "now": params.now})
             jobs = [job_from_row(row) for row in rows]
@@ -574,10 +530,8 @@ class JobsMixin(PostgresSupport):
             jobs_finished(self, jobs)
         return jobs
 
-    def job_rescue_candidates(self, params: JobRescueParams) -> list[RescueCandidate]:
+    def _job_rescue_candidates(self, params: JobRescueParams) -> list[RescueCandidate]:
         """List running jobs whose client is gone, or that have run too long."""
-        if _limit(params.limit) == 0:
-            return []
         stuck_after = params.stuck_after if params.stuck_after > dt.timedelta(0) else None
         rows = self._fetchall(
             "job_rescue_candidates",

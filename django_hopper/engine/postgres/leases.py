@@ -8,7 +8,6 @@ dependents and done notifications follow the one path every result takes.
 
 from __future__ import annotations
 
-from django_hopper.engine.base import LeaseStepContract
 from django_hopper.engine.decode import refuse_undecodable_lease
 from django_hopper.engine.params import (
     JobClaimByIDParams,
@@ -24,19 +23,15 @@ from django_hopper.engine.postgres.support import PostgresSupport, db_errors
 from django_hopper.engine.postgres.workflows import attach_dependencies
 from django_hopper.engine.queries import COL, JOB_WIDTH
 from django_hopper.engine.rules import claim_by_id_refusal, lease_expiry_result
-from django_hopper.exceptions import InvalidJob, JobFenced
+from django_hopper.exceptions import JobFenced
 from django_hopper.types import JobRow, LeaseFence
 
-_MICROSECOND = 1e-6
 
-
-class LeasesMixin(PostgresSupport, LeaseStepContract):
+class LeasesMixin(PostgresSupport):
     """job_claim_by_id, job_lease_renew and job_expire_leases."""
 
-    def job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow:
+    def _job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow:
         """Lock the job's row (waiting for a holder), then claim it or say why not."""
-        if params.ttl.total_seconds() < _MICROSECOND:
-            raise InvalidJob(f"ttl must be at least a microsecond, not {params.ttl}", field="ttl")
         values = {"id": params.id, "fence": params.fence, "ttl": params.ttl, "now": params.now}
         with db_errors(), self._atomic():
             self._fetchone("job_claim_by_id.lock", values)
@@ -50,7 +45,7 @@ class LeasesMixin(PostgresSupport, LeaseStepContract):
         job = attach_dependencies(self, [job])[0]
         return JobLeaseRow(job=job, lease=LeaseFence(token, job.fence), expires_at=expires_at)
 
-    def job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus:
+    def _job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus:
         """Extend the lease by its TTL; JobFenced once it is no longer the job's."""
         row = self._fetchone(
             "job_lease_renew",
@@ -65,10 +60,8 @@ class LeasesMixin(PostgresSupport, LeaseStepContract):
             raise JobFenced(f"the lease of job {params.id} is no longer the job's")
         return JobLeaseStatus(expires_at=row[0], cancel_requested=bool(row[1]))
 
-    def job_expire_leases(self, params: JobExpireLeasesParams) -> list[JobRow]:
+    def _job_expire_leases(self, params: JobExpireLeasesParams) -> list[JobRow]:
         """End the attempts of the due leases, fenced to each lease, in one transaction."""
-        if params.limit <= 0:
-            return []
         values = {
             "client_id": params.client_id,
             "grace": params.grace,

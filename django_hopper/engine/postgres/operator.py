@@ -47,7 +47,7 @@ class OperatorMixin(PostgresSupport):
         rows = self._fetchall("job_cancel_many.where", {"ids": list(ids)})
         return {row[0]: row[1] for row in rows}
 
-    def job_cancel_many(self, params: JobCancelManyParams) -> JobManyResult:
+    def _job_cancel_many(self, params: JobCancelManyParams) -> JobManyResult:
         """Cancel waiting jobs into history and ask running ones to stop, in one statement."""
         ids = unique_ids(params.ids)
         if not ids:
@@ -79,7 +79,7 @@ class OperatorMixin(PostgresSupport):
                 outcomes[i] = JobOutcome.FINISHED if i in where else JobOutcome.NOT_FOUND
         return JobManyResult(outcomes=outcomes, jobs=jobs)
 
-    def job_retry_many(self, params: JobRetryManyParams) -> JobManyResult:
+    def _job_retry_many(self, params: JobRetryManyParams) -> JobManyResult:
         """Run waiting jobs now and bring finished ones back, in a statement each."""
         ids = unique_ids(params.ids)
         if not ids:
@@ -113,7 +113,7 @@ class OperatorMixin(PostgresSupport):
                 outcomes.setdefault(i, JobOutcome.NOT_FOUND)
         return JobManyResult(outcomes={i: outcomes[i] for i in ids}, jobs=jobs)
 
-    def job_delete_many(self, params: JobDeleteManyParams) -> JobManyResult:
+    def _job_delete_many(self, params: JobDeleteManyParams) -> JobManyResult:
         """Delete jobs that are not running, live or from history, with their logs."""
         ids = unique_ids(params.ids)
         if not ids:

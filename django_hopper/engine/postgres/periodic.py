@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from django_hopper.engine.base import PeriodicHistoryContract
 from django_hopper.engine.params import JobInsertOpts, PeriodicInsertParams, PeriodicRegisterParams
 from django_hopper.engine.postgres.convert import dump_json, load_json
 from django_hopper.engine.postgres.support import PostgresSupport
@@ -21,10 +20,10 @@ from django_hopper.ids import new_id
 from django_hopper.types import JobRow, PeriodicRegistrationRow
 
 
-class PostgresPeriodicMixin(PostgresSupport, PeriodicHistoryContract):
+class PostgresPeriodicMixin(PostgresSupport):
     """``periodic_*`` methods of the PostgreSQL engine."""
 
-    def periodic_insert(self, params: PeriodicInsertParams) -> tuple[JobRow | None, bool]:
+    def _periodic_insert(self, params: PeriodicInsertParams) -> tuple[JobRow | None, bool]:
         """Record the slot if it is new, then insert its job, in one transaction.
 
         The job's ID is chosen first so that the slot row names it from the
@@ -50,11 +49,11 @@ class PostgresPeriodicMixin(PostgresSupport, PeriodicHistoryContract):
                 return result.job, False
             return result.job, True
 
-    def periodic_last_slots(self) -> dict[str, dt.datetime]:
+    def _periodic_last_slots(self) -> dict[str, dt.datetime]:
         """Return the last recorded slot per periodic job."""
         return {name: slot for name, slot in self._fetchall("periodic_last_slots", {})}
 
-    def periodic_register(self, params: PeriodicRegisterParams) -> None:
+    def _periodic_register(self, params: PeriodicRegisterParams) -> None:
         """Replace the client's registrations, atomically, if its lease is live.
 
         The client's row is share-locked first, so a prune deleting it waits
@@ -75,7 +74,7 @@ class PostgresPeriodicMixin(PostgresSupport, PeriodicHistoryContract):
             if live is not None and params.registrations:
                 self._execute("periodic_register.insert", {**args, "registrations": registrations})
 
-    def periodic_registrations(
+    def _periodic_registrations(
         self, now: dt.datetime | None = None
     ) -> list[PeriodicRegistrationRow]:
         """Return the registrations of live clients, newest client first per name."""

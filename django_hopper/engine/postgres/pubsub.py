@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_hopper.engine import topics
-from django_hopper.engine.base import PubSubContract
 from django_hopper.engine.params import JobInsertOpts, JobInsertResult, MessagePublishParams
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.support import PostgresSupport
@@ -42,29 +41,26 @@ def route_columns(rows: Sequence[SubscriptionRow | StreamConsumerRow]) -> dict[s
     }
 
 
-class PubSubMixin(PostgresSupport, PubSubContract):
+class PubSubMixin(PostgresSupport):
     """subscription_upsert, subscription_list and message_publish."""
 
-    def subscription_upsert(
+    def _subscription_upsert(
         self, rows: Sequence[SubscriptionRow], now: dt.datetime | None = None
     ) -> None:
         """Upsert subscriptions in one statement; of two rows with one name the last wins."""
-        checked = {r.name: r for r in (topics.check_subscription(r) for r in rows)}
-        if not checked:
-            return
+        checked = {r.name: r for r in rows}
         self._execute("subscription_upsert", {"now": now, **route_columns(list(checked.values()))})
 
-    def subscription_list(self) -> list[SubscriptionRow]:
+    def _subscription_list(self) -> list[SubscriptionRow]:
         """Return every subscription, by name."""
         return [subscription_from_row(r) for r in self._fetchall("subscription_list", {})]
 
-    def message_publish(self, params: MessagePublishParams) -> list[JobInsertResult]:
+    def _message_publish(self, params: MessagePublishParams) -> list[JobInsertResult]:
         """Match the subscriptions in Python and insert the deliveries in one statement.
 
         Both statements run in one transaction (the caller's, if any), so the
         deliveries commit or roll back with whatever the caller writes.
         """
-        params = topics.check_publish(params)
         with self._atomic():
             rows = self._fetchall("message_publish", {"now": params.now})
             db_now: dt.datetime = rows[0][8]

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django_hopper import validation
 from django_hopper.engine import limits as rules
-from django_hopper.engine.base import QueueControlsContract
 from django_hopper.engine.decode import runnable
 from django_hopper.engine.params import (
     JobAgeParams,
@@ -18,14 +16,11 @@ from django_hopper.engine.params import (
 )
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.convert import job_from_row
-from django_hopper.engine.postgres.jobs import JobsMixin
-from django_hopper.engine.postgres.support import db_errors
+from django_hopper.engine.postgres.support import PostgresSupport, db_errors
 from django_hopper.engine.postgres.workflows import attach_dependencies
 from django_hopper.exceptions import InvalidJob
 from django_hopper.types import (
-    CHANNEL_CONTROL,
     CHANNEL_INSERT,
-    ControlMessage,
     QueueLimits,
     QueueRow,
 )
@@ -38,25 +33,20 @@ def _positive_limit(value: object, field: str = "limit") -> int:
     return value
 
 
-class QueuesMixin(JobsMixin, QueueControlsContract):
-    """The queue-control half of the contract; listed first so its job_claim
-    routes limited claims before the unlimited path of JobsMixin."""
+class QueuesMixin(PostgresSupport):
+    """Queue controls and the limited claim path."""
 
     # -- the limited claim ----------------------------------------------------
 
-    def job_claim(self, params: JobClaimParams) -> JobClaimResult:
-        """Claim through the limited path when asked; otherwise the plain claim.
+    def _job_claim_limited(self, params: JobClaimParams) -> JobClaimResult:
+        """Claim through the limited path.
 
         The limited path locks the queue row, so claims of one limited queue
         serialize; the plan (global limit, token bucket, wait) comes from
         :mod:`django_hopper.engine.limits`, the partition limit from the claim
         statement, and the bucket is written back in the same transaction.
         """
-        if not params.limited:
-            return super().job_claim(params)
-        if _positive_limit(params.limit) == 0:
-            return JobClaimResult(jobs=[])
-        queue = validation.queue_name(params.queue)
+        queue = params.queue
         with db_errors(), self._atomic():
             row = self._fetchone("job_claim.lock", {"queue": queue, "now": params.now})
             state: QueueState | None = None
@@ -98,14 +88,9 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
 
     # -- ordering keys and aging ----------------------------------------------
 
-    def job_retry_ordering_key(self, params: JobRetryOrderingKeyParams) -> int:
+    def _job_retry_ordering_key(self, params: JobRetryOrderingKeyParams) -> int:
         """Wake an ordering key and tell the queue's workers when jobs became available."""
-        queue = validation.queue_name(params.queue)
-        key = validation.key(params.ordering_key, "ordering_key")
-        if key is None:
-            raise InvalidJob("ordering_key must be a non-empty string", field="ordering_key")
-        if _positive_limit(params.limit) == 0:
-            return 0
+        queue, key = params.queue, params.ordering_key
         with db_errors(), self._atomic():
             row = self._fetchone(
                 "job_retry_ordering_key",
@@ -116,35 +101,24 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
                 self.notify(CHANNEL_INSERT, [queue])
         return woken
 
-    def job_age(self, params: JobAgeParams) -> int:
+    def _job_age(self, params: JobAgeParams) -> int:
         """Raise the priority of the queue's long-claimable jobs by one level."""
-        queue = validation.queue_name(params.queue)
-        after = validation.positive_duration(params.after, "after")
+        queue, after = params.queue, params.after
         return self._execute("job_age", {"queue": queue, "after": after, "now": params.now})
 
     # -- pause, resume, limits ------------------------------------------------
 
-    def _control(self, message: ControlMessage) -> None:
-        """Signal every client at commit (CHANNEL_CONTROL)."""
-        self.notify(CHANNEL_CONTROL, [message.payload()])
-
-    def queue_pause(self, name: str, now: dt.datetime | None = None) -> None:
+    def _queue_pause(self, name: str, now: dt.datetime | None = None) -> None:
         """Mark the queue paused (keeping an earlier pause time) and signal the clients."""
-        queue = validation.queue_name(name, "name")
-        with db_errors(), self._atomic():
-            self._execute("queue_pause", {"name": queue, "now": now})
-            self._control(ControlMessage.pause(queue))
+        self._execute("queue_pause", {"name": name, "now": now})
 
-    def queue_resume(self, name: str, now: dt.datetime | None = None) -> None:
+    def _queue_resume(self, name: str, now: dt.datetime | None = None) -> None:
         """Clear the queue's pause and signal the clients."""
-        queue = validation.queue_name(name, "name")
-        with db_errors(), self._atomic():
-            self._execute("queue_resume", {"name": queue, "now": now})
-            self._control(ControlMessage.resume(queue))
+        self._execute("queue_resume", {"name": name, "now": now})
 
-    def queue_set_limits(self, limits: QueueLimits, now: dt.datetime | None = None) -> QueueRow:
+    def _queue_set_limits(self, limits: QueueLimits, now: dt.datetime | None = None) -> QueueRow:
         """Store validated limits (zero removes one), reset the bucket, signal the clients."""
-        checked = rules.validate_limits(limits)
+        checked = limits
         with db_errors(), self._atomic():
             row = self._fetchone(
                 "queue_set_limits",
@@ -159,10 +133,9 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
                 },
             )
             assert row is not None
-            self._control(ControlMessage.limits(checked.name, checked.limited))
         return convert.queue_from_row(row)
 
-    def queue_get(self, name: str) -> QueueRow | None:
+    def _queue_get(self, name: str) -> QueueRow | None:
         """Return one queue's row, or None."""
-        row = self._fetchone("queue_get", {"name": validation.queue_name(name, "name")})
+        row = self._fetchone("queue_get", {"name": name})
         return convert.queue_from_row(row) if row else None

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django_hopper.engine.base import QueueControlsContract
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.support import PostgresSupport, db_errors
 from django_hopper.types import QueueStats, Stats
 
 
-class StatsMixin(PostgresSupport, QueueControlsContract):
+class StatsMixin(PostgresSupport):
     """The seed's Stats: queue depths and cluster state, read in one transaction."""
 
-    def stats(self, now: dt.datetime | None = None) -> Stats:
+    def _stats(self, now: dt.datetime | None = None) -> Stats:
         """Read per-queue depths, then the clients, the leader and running per client."""
         with db_errors(), self._atomic():
             queues = self._fetchall("stats", {"now": now})

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_hopper.engine.base import LeaseStepContract
 from django_hopper.engine.params import JobStepGetParams, JobStepRecordParams, JobStepsClearParams
 from django_hopper.engine.postgres.convert import dump_json, load_json
 from django_hopper.engine.postgres.support import PostgresSupport
 from django_hopper.engine.rules import step_from_row
-from django_hopper.exceptions import InvalidJob, JobFenced
+from django_hopper.exceptions import JobFenced
 from django_hopper.types import JobID, JobStepRow
 
 
@@ -29,26 +28,18 @@ def _row(r: Any) -> JobStepRow:
     return step_from_row(r[0], r[1], load_json(r[2]), r[3], r[4], r[5])
 
 
-def _check_step(step: Any) -> None:
-    """Refuse a step name the ledger cannot key by (empty, not text, too long)."""
-    if not isinstance(step, str) or not step or len(step) > 255:
-        raise InvalidJob(f"a step name must be 1-255 characters, not {step!r}", field="step")
-
-
-class StepsMixin(PostgresSupport, LeaseStepContract):
+class StepsMixin(PostgresSupport):
     """job_step_get, job_step_record, job_steps_clear and job_steps."""
 
-    def job_step_get(self, params: JobStepGetParams) -> JobStepRow | None:
+    def _job_step_get(self, params: JobStepGetParams) -> JobStepRow | None:
         """Read a step as the owning claim, renewing a lease in the same statement."""
-        _check_step(params.step)
         row = self._fetchone("job_step_get", {**_claim(params), "step": params.step})
         if row is None or not row[0]:
             raise JobFenced(f"job {params.id} is no longer owned by this claim")
         return None if row[1] is None else _row(row[1:])
 
-    def job_step_record(self, params: JobStepRecordParams) -> JobStepRow:
+    def _job_step_record(self, params: JobStepRecordParams) -> JobStepRow:
         """Upsert one try of a step, only while the claim owns the job."""
-        _check_step(params.step)
         result = dump_json({"value": params.result}, "result") if params.done else None
         row = self._fetchone(
             "job_step_record",
@@ -58,7 +49,7 @@ class StepsMixin(PostgresSupport, LeaseStepContract):
             raise JobFenced(f"job {params.id} is no longer owned by this claim")
         return _row(row)
 
-    def job_steps_clear(self, params: JobStepsClearParams) -> int:
+    def _job_steps_clear(self, params: JobStepsClearParams) -> int:
         """Drop the ledger as the owning claim; JobFenced (nothing dropped) otherwise."""
         row = self._fetchone(
             "job_steps_clear", {**_claim(params), "reset_attempt": bool(params.reset_attempt)}
@@ -67,6 +58,6 @@ class StepsMixin(PostgresSupport, LeaseStepContract):
             raise JobFenced(f"job {params.id} is no longer owned by this claim")
         return int(row[1])
 
-    def job_steps(self, id: JobID) -> list[JobStepRow]:
+    def _job_steps(self, id: JobID) -> list[JobStepRow]:
         """Return the ledger, in the order steps were first tried."""
         return [_row(r) for r in self._fetchall("job_steps", {"id": id})]

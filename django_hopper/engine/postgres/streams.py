@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_hopper.engine import topics
-from django_hopper.engine.base import StreamsContract
 from django_hopper.engine.params import (
     JobInsertOpts,
     StreamAppendParams,
@@ -27,7 +26,7 @@ from django_hopper.engine.params import (
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.pubsub import route_columns
 from django_hopper.engine.postgres.support import PostgresSupport
-from django_hopper.exceptions import InvalidJob, NotFound
+from django_hopper.exceptions import NotFound
 from django_hopper.ids import new_id
 from django_hopper.types import (
     CHANNEL_STREAM,
@@ -134,12 +133,11 @@ def consumer_from_row(r: Sequence[Any]) -> StreamConsumerRow:
     )
 
 
-class StreamsMixin(PostgresSupport, StreamsContract):
+class StreamsMixin(PostgresSupport):
     """The stream log and its consumers, read through snapshots."""
 
-    def stream_append(self, params: StreamAppendParams) -> StreamEvent:
+    def _stream_append(self, params: StreamAppendParams) -> StreamEvent:
         """Append one event stamped with the current transaction's id."""
-        params = topics.check_append(params)
         message_id = params.message_id or new_id().hex
         row = self._fetchone(
             "stream_append",
@@ -165,11 +163,8 @@ class StreamsMixin(PostgresSupport, StreamsContract):
             created_at=row[2],
         )
 
-    def stream_read(self, params: StreamReadParams) -> list[StreamEvent]:
+    def _stream_read(self, params: StreamReadParams) -> list[StreamEvent]:
         """Page through committed events after a position, in position order."""
-        params = topics.check_read(params)
-        if params.limit == 0:
-            return []
         rows = self._fetchall(
             "stream_read",
             {
@@ -181,13 +176,11 @@ class StreamsMixin(PostgresSupport, StreamsContract):
         )
         return [event_from_row(r) for r in rows]
 
-    def stream_consumer_upsert(
+    def _stream_consumer_upsert(
         self, rows: Sequence[StreamConsumerRow], now: dt.datetime | None = None
     ) -> None:
         """Upsert consumers in one statement; a new one starts at its snapshot."""
-        checked = {r.name: r for r in (topics.check_consumer(r) for r in rows)}
-        if not checked:
-            return
+        checked = {r.name: r for r in rows}
         consumers = list(checked.values())
         self._execute(
             "stream_consumer_upsert",
@@ -210,11 +203,13 @@ class StreamsMixin(PostgresSupport, StreamsContract):
         """Return the stored form of :meth:`_current`."""
         return str(self._current())
 
-    def stream_consumer_list(self) -> list[StreamConsumerRow]:
+    def _stream_consumer_list(self) -> list[StreamConsumerRow]:
         """Return every consumer with its snapshot and position."""
         return [consumer_from_row(r) for r in self._fetchall("stream_consumer_list", {})]
 
-    def stream_consumer_seek(self, name: str, params: StreamSeekParams) -> StreamConsumerRow:
+    def _stream_consumer_seek(
+        self, name: str, params: StreamSeekParams, mode: str
+    ) -> StreamConsumerRow:
         """Move a consumer by storing the snapshot and position the seek implies.
 
         A position (x, s) becomes :func:`seek_snapshot` (every transaction
@@ -225,7 +220,6 @@ class StreamsMixin(PostgresSupport, StreamsContract):
         snapshot is taken before the target is looked up, so that a
         transaction committing in between counts as in progress.
         """
-        mode = topics.check_seek(params)
         snapshot: str
         xid = seq = 0
         if mode == StreamStart.EARLIEST:
@@ -254,7 +248,7 @@ class StreamsMixin(PostgresSupport, StreamsContract):
             raise NotFound(f"no stream consumer is named {name!r}")
         return consumer_from_row(row)
 
-    def stream_pump(
+    def _stream_pump(
         self, name: str, limit: int, now: dt.datetime | None = None
     ) -> StreamPumpResult:
         """Deliver up to ``limit`` events of the consumer's delta and store how far it got.
@@ -265,7 +259,6 @@ class StreamsMixin(PostgresSupport, StreamsContract):
         snapshot (position zero); delivering only ``limit`` stores
         :func:`advance`'s, with the last event's position.
         """
-        topics.check_limit(limit)
         with self._atomic():
             row = self._fetchone("stream_pump", {"name": name})
             if row is None:
@@ -314,14 +307,8 @@ class StreamsMixin(PostgresSupport, StreamsContract):
             queues=[consumer.queue] if events else [],
         )
 
-    def stream_prune(self, params: StreamPruneParams) -> int:
+    def _stream_prune(self, params: StreamPruneParams) -> int:
         """Delete one chunk of events past retention."""
-        topics.check_limit(params.limit)
-        if not isinstance(params.retention, dt.timedelta) or params.retention < dt.timedelta(0):
-            raise InvalidJob(
-                f"retention must be a non-negative timedelta, not {params.retention!r}",
-                field="retention",
-            )
         return self._execute(
             "stream_prune",
             {"now": params.now, "retention": params.retention, "limit": params.limit},

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from django_hopper.engine.base import BatchWorkflowContract
 from django_hopper.engine.params import (
     BatchSettleParams,
     JobInsertResult,
@@ -24,14 +23,13 @@ from django_hopper.engine.params import (
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.batches import (
     batch_from_row,
-    check_callbacks,
     skip_locked,
     wait_briefly,
 )
 from django_hopper.engine.postgres.convert import job_from_row
 from django_hopper.engine.postgres.support import PostgresSupport, db_errors
-from django_hopper.engine.rules import callback_to_json, validate_workflow
-from django_hopper.exceptions import DatabaseError, InvalidJob
+from django_hopper.engine.rules import callback_to_json
+from django_hopper.exceptions import DatabaseError
 from django_hopper.ids import new_id
 from django_hopper.types import (
     CHANNEL_DONE,
@@ -44,16 +42,12 @@ from django_hopper.types import (
 )
 
 
-class WorkflowsMixin(PostgresSupport, BatchWorkflowContract):
+class WorkflowsMixin(PostgresSupport):
     """workflow_insert, workflow_get, workflow_promote_ready, and the workflow
     bookkeeping of the job methods (claim, cancel, delete, expiry)."""
 
-    def workflow_insert(self, params: WorkflowInsertParams) -> WorkflowInsertResult:
+    def _workflow_insert(self, params: WorkflowInsertParams) -> WorkflowInsertResult:
         """Insert the batch, jobs and edges in one statement, after checking everything."""
-        validate_workflow(params)
-        for p in params.jobs:
-            convert.validate_insert(p)
-        check_callbacks(params.on_success, params.on_failure, params.on_complete)
         batch_id = params.id or new_id()
         ids = convert.job_ids(params.jobs)
         arrays = convert.insert_arrays(params.jobs, ids)
@@ -95,7 +89,7 @@ class WorkflowsMixin(PostgresSupport, BatchWorkflowContract):
                     self.notify(CHANNEL_INSERT, queues)
         return WorkflowInsertResult(id=batch_id, jobs=results)
 
-    def workflow_get(self, id: JobID) -> WorkflowRow | None:
+    def _workflow_get(self, id: JobID) -> WorkflowRow | None:
         """Return the workflow's batch, jobs, edges and step names (one snapshot)."""
         with db_errors(), self._atomic():
             row = self._fetchone("workflow_get", {"id": id})
@@ -113,12 +107,8 @@ class WorkflowsMixin(PostgresSupport, BatchWorkflowContract):
             steps={j.id: j.step for j in jobs if j.step},
         )
 
-    def workflow_promote_ready(self, params: WorkflowPromoteParams) -> WorkflowPromoteResult:
+    def _workflow_promote_ready(self, params: WorkflowPromoteParams) -> WorkflowPromoteResult:
         """Promote (or fail) ready dependents; follow failures down the graph."""
-        if params.depends_on is not None and not params.depends_on:
-            return WorkflowPromoteResult()
-        if not isinstance(params.limit, int) or params.limit <= 0:
-            raise InvalidJob(f"limit must be a positive integer, not {params.limit!r}")
         with db_errors(), self._atomic():
             if params.depends_on is None:
                 return self._promote(params, skip=True)

@@ -7,7 +7,6 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from django_hopper.engine.base import BatchWorkflowContract
 from django_hopper.engine.params import (
     BatchInsertParams,
     BatchSettleParams,
@@ -17,9 +16,7 @@ from django_hopper.engine.params import (
 )
 from django_hopper.engine.rules import callback_to_json, callbacks_of
 from django_hopper.engine.sqlite.convert import _loads, dumps, from_db_time
-from django_hopper.engine.sqlite.jobs import _check_insert
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
-from django_hopper.exceptions import InvalidJob
 from django_hopper.ids import new_id
 from django_hopper.types import BatchRow, JobID
 
@@ -40,13 +37,6 @@ def batch_from_row(r: Sequence[Any]) -> BatchRow:
     )
 
 
-def check_callbacks(*callbacks: JobInsertParams | None) -> None:
-    """Refuse a callback the insert at completion would refuse, before anything is written."""
-    for p in callbacks:
-        if p is not None:
-            _check_insert(p)
-
-
 def stored_callbacks(
     on_success: JobInsertParams | None,
     on_failure: JobInsertParams | None,
@@ -64,16 +54,13 @@ def stored_callbacks(
     return out
 
 
-class BatchesMixin(SQLiteSupport, BatchWorkflowContract):
+class BatchesMixin(SQLiteSupport):
     """batch_insert, batch_settle and batch_get."""
 
     @translate_errors
-    def batch_insert(self, params: BatchInsertParams) -> JobID:
+    def _batch_insert(self, params: BatchInsertParams) -> JobID:
         """Create a batch expecting ``total`` jobs."""
         total = params.total
-        if not isinstance(total, int) or isinstance(total, bool) or total < 0:
-            raise InvalidJob(f"total must be a non-negative integer, not {total!r}", field="total")
-        check_callbacks(params.on_success, params.on_failure, params.on_complete)
         batch_id = params.id or new_id()
         _, now_s = self._now(params.now)
         with self._cursor() as c:
@@ -92,12 +79,8 @@ class BatchesMixin(SQLiteSupport, BatchWorkflowContract):
         return batch_id
 
     @translate_errors
-    def batch_settle(self, params: BatchSettleParams) -> BatchSettleResult:
+    def _batch_settle(self, params: BatchSettleParams) -> BatchSettleResult:
         """Fold progress and complete batches; insert the callbacks of those completed."""
-        if params.ids is not None and not params.ids:
-            return BatchSettleResult()
-        if not isinstance(params.limit, int) or params.limit < 0:
-            raise InvalidJob(f"limit must be a non-negative integer, not {params.limit!r}")
         with self._atomic(), self._cursor() as c:
             result = self._settle(c, params)
         return result
@@ -131,7 +114,7 @@ class BatchesMixin(SQLiteSupport, BatchWorkflowContract):
         return result
 
     @translate_errors
-    def batch_get(self, id: JobID) -> BatchRow | None:
+    def _batch_get(self, id: JobID) -> BatchRow | None:
         """Return a batch with the progress not yet folded counted in."""
         with self._cursor() as c:
             c.execute(Q["batch_get"], {"id": id.hex})

@@ -17,7 +17,6 @@ from django_hopper.engine.params import (
 )
 from django_hopper.engine.sqlite.convert import db_time, dumps, from_db_time, uuid_or_none
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
-from django_hopper.exceptions import InvalidJob, UnknownQueue
 from django_hopper.types import CHANNEL_LEADER, ClientRow, ControlMessage, QueueLimits, QueueRow
 
 _LEADING_NUMBER = re.compile(r"^(\d+)_")
@@ -43,10 +42,8 @@ class ClientsMixin(SQLiteSupport):
     # -- clients ------------------------------------------------------------
 
     @translate_errors
-    def client_register(self, params: ClientRegisterParams) -> int:
+    def _client_register(self, params: ClientRegisterParams) -> int:
         """Create a client's lease row, expiring ``ttl`` from now; return its ID."""
-        if params.ttl <= dt.timedelta(0):
-            raise InvalidJob(f"ttl must be positive, not {params.ttl!r}", field="ttl")
         now, now_s = self._now(params.now)
         with self._cursor() as c:
             c.execute(
@@ -61,7 +58,7 @@ class ClientsMixin(SQLiteSupport):
             return int(c.fetchone()[0])
 
     @translate_errors
-    def client_renew(self, params: ClientRenewParams) -> ClientRenewResult:
+    def _client_renew(self, params: ClientRenewParams) -> ClientRenewResult:
         """Extend an unexpired lease and return the control state the client re-reads."""
         now, now_s = self._now(params.now)
         args = {"id": params.client_id, "now": now_s, "expires_at": db_time(now + params.ttl)}
@@ -83,13 +80,13 @@ class ClientsMixin(SQLiteSupport):
         return result
 
     @translate_errors
-    def client_delete(self, client_id: int) -> None:
+    def _client_delete(self, client_id: int) -> None:
         """Remove a client's lease row."""
         with self._cursor() as c:
             c.execute(Q["client_delete"], {"id": client_id})
 
     @translate_errors
-    def client_prune_expired(self, now: dt.datetime | None = None) -> int:
+    def _client_prune_expired(self, now: dt.datetime | None = None) -> int:
         """Delete lease rows that have expired; return how many."""
         _, now_s = self._now(now)
         with self._cursor() as c:
@@ -97,7 +94,7 @@ class ClientsMixin(SQLiteSupport):
             return int(c.rowcount)
 
     @translate_errors
-    def client_list(self) -> list[ClientRow]:
+    def _client_list(self) -> list[ClientRow]:
         """Return every client lease row, live or expired, in ID order."""
         with self._cursor() as c:
             c.execute(Q["client_list"], {})
@@ -115,7 +112,7 @@ class ClientsMixin(SQLiteSupport):
     # -- leader -------------------------------------------------------------
 
     @translate_errors
-    def leader_attempt(self, params: LeaderParams) -> bool:
+    def _leader_attempt(self, params: LeaderParams) -> bool:
         """Take the leader lease if free or expired, or renew it if held."""
         now, now_s = self._now(params.now)
         with self._cursor() as c:
@@ -130,7 +127,7 @@ class ClientsMixin(SQLiteSupport):
             return c.fetchone() is not None
 
     @translate_errors
-    def leader_resign(self, client_id: int) -> None:
+    def _leader_resign(self, client_id: int) -> None:
         """Give up the leader lease if held, and signal the others to elect."""
         with self._cursor() as c:
             c.execute(Q["leader_resign"], {"client_id": client_id})
@@ -139,7 +136,7 @@ class ClientsMixin(SQLiteSupport):
             self.notify(CHANNEL_LEADER, [ControlMessage.resigned(client_id).payload()])
 
     @translate_errors
-    def leader_get(self, now: dt.datetime | None = None) -> int | None:
+    def _leader_get(self, now: dt.datetime | None = None) -> int | None:
         """Return the unexpired leader's client ID, or None."""
         _, now_s = self._now(now)
         with self._cursor() as c:
@@ -150,21 +147,14 @@ class ClientsMixin(SQLiteSupport):
     # -- queues -------------------------------------------------------------
 
     @translate_errors
-    def queue_ensure(self, names: Sequence[str], now: dt.datetime | None = None) -> None:
+    def _queue_ensure(self, names: Sequence[str], now: dt.datetime | None = None) -> None:
         """Record queues that are not known yet; leave known ones alone."""
-        from django_hopper.validation import queue_name
-
-        if isinstance(names, str):
-            raise UnknownQueue(f"names must be a list of queue names, not {names!r}", field="names")
-        checked = [queue_name(n, "names") for n in names]
-        if not checked:
-            return
         _, now_s = self._now(now)
         with self._cursor() as c:
-            c.execute(Q["queue_ensure"], {"names": json.dumps(checked), "now": now_s})
+            c.execute(Q["queue_ensure"], {"names": json.dumps(list(names)), "now": now_s})
 
     @translate_errors
-    def queue_list(self) -> list[QueueRow]:
+    def _queue_list(self) -> list[QueueRow]:
         """Return every known queue with its pause and limits, by name."""
         with self._cursor() as c:
             c.execute(Q["queue_list"], {})
@@ -188,5 +178,5 @@ class ClientsMixin(SQLiteSupport):
 
     # -- notifications ------------------------------------------------------
 
-    def notify(self, channel: str, payloads: Sequence[str]) -> None:
+    def _notify(self, channel: str, payloads: Sequence[str]) -> None:
         """Do nothing: SQLite has no notifications, and workers poll."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 
-from django_hopper.engine.base import PeriodicHistoryContract
 from django_hopper.engine.params import (
     HistoryIndexParams,
     HistoryIndexResult,
@@ -27,11 +26,11 @@ from django_hopper.engine.sqlite.support import Q, SQLiteSupport, is_locked, tra
 from django_hopper.types import HistoryPartitionRow
 
 
-class SQLiteHistoryMixin(SQLiteSupport, PeriodicHistoryContract):
+class SQLiteHistoryMixin(SQLiteSupport):
     """``history_*`` and ``jobs_maintain`` of the SQLite engine."""
 
     @translate_errors
-    def history_maintain(self, params: HistoryMaintainParams) -> HistoryMaintainResult:
+    def _history_maintain(self, params: HistoryMaintainParams) -> HistoryMaintainResult:
         """Delete jobs past their own retention, with their logs, in bounded chunks."""
         now, _ = self._now(params.now)
         chunk = max(params.chunk_size, 1)
@@ -91,7 +90,7 @@ class SQLiteHistoryMixin(SQLiteSupport, PeriodicHistoryContract):
                     break
 
     @translate_errors
-    def history_partitions(self) -> list[HistoryPartitionRow]:
+    def _history_partitions(self) -> list[HistoryPartitionRow]:
         """Return the single history table as the one storage unit, with its row count."""
         with self._cursor() as cursor:
             cursor.execute(Q["history_partitions"], {})
@@ -106,12 +105,12 @@ class SQLiteHistoryMixin(SQLiteSupport, PeriodicHistoryContract):
             )
         ]
 
-    def history_index(self, params: HistoryIndexParams) -> HistoryIndexResult:
+    def _history_index(self, params: HistoryIndexParams) -> HistoryIndexResult:
         """Return an empty result: migrations build the one history table's indexes."""
         return HistoryIndexResult()
 
     @translate_errors
-    def jobs_maintain(self, params: JobsMaintainParams | None = None) -> JobsMaintainResult:
+    def _jobs_maintain(self, params: JobsMaintainParams | None = None) -> JobsMaintainResult:
         """Let SQLite refresh stale statistics (``PRAGMA optimize``), never waiting long.
 
         SQLite reuses the pages of deleted rows, so the live table needs no

@@ -35,7 +35,6 @@ from django_hopper.engine.params import (
     RescueCandidate,
 )
 from django_hopper.engine.queries import COL
-from django_hopper.engine.rules import check_batch_job
 from django_hopper.engine.sqlite.convert import (
     db_time,
     dumps,
@@ -50,7 +49,6 @@ from django_hopper.engine.sqlite.support import (
     translate_errors,
 )
 from django_hopper.exceptions import (
-    InvalidJob,
     JobLocked,
     JobRunning,
     NotFound,
@@ -63,8 +61,6 @@ from django_hopper.types import (
     CHANNEL_INSERT,
     FINAL_STATES,
     LIVE_STATES,
-    PRIORITY_MAX,
-    PRIORITY_MIN,
     AttemptLog,
     ConflictAction,
     ControlMessage,
@@ -83,32 +79,6 @@ _DEFAULT_OPTS = JobInsertOpts()
 def _claim_key(job: JobRow) -> tuple[int, dt.datetime, JobID]:
     """Return the claim order of a job: priority first, then schedule, then ID."""
     return (-job.priority, job.scheduled_at, job.id)
-
-
-def _check_insert(p: JobInsertParams) -> None:
-    """Refuse an input the schema would refuse, naming the field, before any write."""
-    if not isinstance(p.kind, str) or not p.kind:
-        raise InvalidJob(f"kind must be a non-empty string, not {p.kind!r}", field="kind")
-    if not isinstance(p.queue, str) or not p.queue:
-        raise InvalidJob(f"queue must be a non-empty string, not {p.queue!r}", field="queue")
-    prio = p.priority
-    if type(prio) is not int or not PRIORITY_MIN <= prio <= PRIORITY_MAX:
-        raise InvalidJob(
-            f"priority must be an integer between {PRIORITY_MIN} and {PRIORITY_MAX}, not {prio!r}",
-            field="priority",
-        )
-    if type(p.max_attempts) is not int or p.max_attempts < 1:
-        raise InvalidJob(
-            f"max_attempts must be an integer of at least 1, not {p.max_attempts!r}",
-            field="max_attempts",
-        )
-    for state in p.unique_finished:
-        if state not in _FINAL:
-            raise InvalidJob(
-                f"unique_finished holds {state!r}, which is not a finished state",
-                field="unique_finished",
-            )
-    check_batch_job(p)
 
 
 def inserted_row(
@@ -150,14 +120,10 @@ class JobsMixin(SQLiteSupport):
     # -- insert ---------------------------------------------------------------
 
     @translate_errors
-    def job_insert_many(
+    def _job_insert_many(
         self, params: Sequence[JobInsertParams], opts: JobInsertOpts = _DEFAULT_OPTS
     ) -> list[JobInsertResult]:
         """Insert the batch in one statement; report unique-key holders as duplicates."""
-        if not params:
-            return []
-        if opts.on_conflict not in (ConflictAction.SKIP, ConflictAction.REPLACE):
-            raise InvalidJob(f"unknown on_conflict {opts.on_conflict!r}", field="on_conflict")
         from django_hopper.ids import new_id
 
         now, now_s = self._now(opts.now)
@@ -165,7 +131,6 @@ class JobsMixin(SQLiteSupport):
         jobs: list[JobRow] = []
         finished: list[list[Any]] = []
         for i, p in enumerate(params):
-            _check_insert(p)
             job_id = p.id or new_id()
             if p.scheduled_at is None:
                 sched, sched_s = now, now_s
@@ -296,7 +261,7 @@ class JobsMixin(SQLiteSupport):
                     "was neither inserted nor found"
                 )
 
-    def job_insert_copy(
+    def _job_insert_copy(
         self, params: Sequence[JobInsertParams], opts: JobInsertOpts = _DEFAULT_OPTS
     ) -> list[JobInsertResult]:
         """Refuse: SQLite has no COPY (``supports_copy`` is False)."""
@@ -305,12 +270,8 @@ class JobsMixin(SQLiteSupport):
     # -- claim and schedule ---------------------------------------------------
 
     @translate_errors
-    def job_claim(self, params: JobClaimParams) -> JobClaimResult:
+    def _job_claim(self, params: JobClaimParams) -> JobClaimResult:
         """Promote the queue's due jobs and claim the best ones, in one transaction."""
-        if params.limit <= 0:
-            if params.limit < 0:
-                raise InvalidJob(f"limit must not be negative, not {params.limit}", field="limit")
-            return JobClaimResult(jobs=[])
         with self._atomic(), self._cursor() as c:
             # Read the clock under the write lock (BEGIN IMMEDIATE), so that
             # database time follows the order in which writers commit.
@@ -337,7 +298,7 @@ class JobsMixin(SQLiteSupport):
         return JobClaimResult(jobs=jobs)
 
     @translate_errors
-    def job_schedule(self, params: JobScheduleParams) -> int:
+    def _job_schedule(self, params: JobScheduleParams) -> int:
         """Make due scheduled and retryable jobs available; return how many."""
         _, now_s = self._now(params.now)
         with self._cursor() as c:
@@ -349,10 +310,8 @@ class JobsMixin(SQLiteSupport):
     # -- finalize and progress -----------------------------------------------
 
     @translate_errors
-    def job_finalize_many(self, params: JobFinalizeParams) -> list[JobFinalized]:
+    def _job_finalize_many(self, params: JobFinalizeParams) -> list[JobFinalized]:
         """Apply a batch of results, each fenced to its claim, in one transaction."""
-        if not params.jobs:
-            return []
         if params.skip_locked:
             return self._finalize_many(params)
         # Take the write lock first so that the time stamped on the results is
@@ -370,8 +329,6 @@ class JobsMixin(SQLiteSupport):
             key = (f.id.hex, f.fence)
             if key in by_key:
                 continue  # of two results of one claim, at most one applies
-            if f.state not in _ALL_STATES or f.state in ("pending", "available", "running"):
-                raise InvalidJob(f"cannot finalize a job as {f.state!r}", field="state")
             by_key[key] = f
             error = None
             if f.error is not None:
@@ -475,7 +432,7 @@ class JobsMixin(SQLiteSupport):
         return [JobFinalized(id=f.id, fence=f.fence) for key, f in by_key.items() if key in applied]
 
     @translate_errors
-    def job_record_progress(self, params: JobRecordProgressParams) -> Progress | None:
+    def _job_record_progress(self, params: JobRecordProgressParams) -> Progress | None:
         """Store a running attempt's progress, fenced to its claim and attempt."""
         now, _ = self._now(params.now)
         progress = Progress(
@@ -513,7 +470,7 @@ class JobsMixin(SQLiteSupport):
     # -- reads ----------------------------------------------------------------
 
     @translate_errors
-    def job_get(self, id: JobID) -> JobRow | None:
+    def _job_get(self, id: JobID) -> JobRow | None:
         """Return a job by ID, live first, then from history."""
         with self._cursor() as c:
             c.execute(Q["job_get"], {"id": id.hex})
@@ -521,28 +478,15 @@ class JobsMixin(SQLiteSupport):
         return None if row is None else job_from_row(row)
 
     @translate_errors
-    def job_logs(self, id: JobID) -> list[AttemptLog]:
+    def _job_logs(self, id: JobID) -> list[AttemptLog]:
         """Return a job's attempt logs, oldest first."""
         with self._cursor() as c:
             c.execute(Q["job_logs"], {"id": id.hex})
             return [AttemptLog(attempt=a, log=log, snoozed=bool(s)) for a, s, log in c.fetchall()]
 
     @translate_errors
-    def job_list(self, params: JobListParams) -> list[JobRow]:
+    def _job_list(self, params: JobListParams) -> list[JobRow]:
         """List live and history jobs matching the filter, in ID order."""
-        if params.ordering_key is not None and params.queue is None:
-            raise InvalidJob(
-                "ordering_key needs queue: a key is a lane only within its queue",
-                field="ordering_key",
-            )
-        if params.limit < 0:
-            raise InvalidJob(f"limit must not be negative, not {params.limit}", field="limit")
-        if params.metadata is not None and not isinstance(params.metadata, dict):
-            raise InvalidJob(
-                f"metadata must be a JSON object, not {params.metadata!r}", field="metadata"
-            )
-        if params.limit == 0:
-            return []
         states = params.states
         live = history = True
         if states:
@@ -582,7 +526,7 @@ class JobsMixin(SQLiteSupport):
     # -- operator actions -----------------------------------------------------
 
     @translate_errors
-    def job_cancel(self, params: JobCancelParams) -> JobRow:
+    def _job_cancel(self, params: JobCancelParams) -> JobRow:
         """Cancel a waiting job into history, or request a running job's cancel."""
         now, now_s = self._now(params.now)
         args = {"id": params.id.hex, "now": now_s, "at": now.astimezone(dt.UTC).isoformat()}
@@ -611,7 +555,7 @@ class JobsMixin(SQLiteSupport):
         return job_from_row(row)
 
     @translate_errors
-    def job_retry(self, params: JobRetryParams) -> JobRow:
+    def _job_retry(self, params: JobRetryParams) -> JobRow:
         """Make a job available now, from history or from its wait."""
         _, now_s = self._now(params.now)
         args = {"id": params.id.hex, "now": now_s, "from_start": 1 if params.from_start else 0}
@@ -645,7 +589,7 @@ class JobsMixin(SQLiteSupport):
         return job
 
     @translate_errors
-    def job_delete(self, params: JobDeleteParams) -> JobRow:
+    def _job_delete(self, params: JobDeleteParams) -> JobRow:
         """Remove a job that is not running, its logs and its step ledger; return it as it was."""
         args = {"id": params.id.hex}
         problem: Exception | None = None
@@ -679,10 +623,8 @@ class JobsMixin(SQLiteSupport):
         return job
 
     @translate_errors
-    def job_discard_expired(self, params: JobDiscardExpiredParams) -> list[JobRow]:
+    def _job_discard_expired(self, params: JobDiscardExpiredParams) -> list[JobRow]:
         """Move waiting jobs past their TTL to history as discarded."""
-        if params.limit <= 0:
-            return []
         now, now_s = self._now(params.now)
         args = {"now": now_s, "at": now.astimezone(dt.UTC).isoformat(), "limit": params.limit}
         with self._atomic(), self._cursor() as c:
@@ -705,7 +647,7 @@ class JobsMixin(SQLiteSupport):
         return jobs
 
     @translate_errors
-    def job_rescue_candidates(self, params: JobRescueParams) -> list[RescueCandidate]:
+    def _job_rescue_candidates(self, params: JobRescueParams) -> list[RescueCandidate]:
         """List running jobs whose client lease is gone, and (optionally) stuck ones."""
         now, now_s = self._now(params.now)
         stuck_before = None

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
-from django_hopper.engine.base import LeaseStepContract
 from django_hopper.engine.decode import refuse_undecodable_lease
 from django_hopper.engine.params import (
     JobClaimByIDParams,
@@ -29,20 +28,18 @@ from django_hopper.engine.queries import COL
 from django_hopper.engine.rules import claim_by_id_refusal, lease_expiry_result
 from django_hopper.engine.sqlite.convert import db_time, from_db_time, job_from_row
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
-from django_hopper.exceptions import InvalidJob, JobFenced
+from django_hopper.exceptions import JobFenced
 from django_hopper.types import JobRow, LeaseFence
 
 _MICROSECOND = dt.timedelta(microseconds=1)
 
 
-class LeasesMixin(SQLiteSupport, LeaseStepContract):
+class LeasesMixin(SQLiteSupport):
     """job_claim_by_id, job_lease_renew and job_expire_leases."""
 
     @translate_errors
-    def job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow:
+    def _job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow:
         """Claim the job under a new lease, or say why not, in one write transaction."""
-        if params.ttl < _MICROSECOND:
-            raise InvalidJob(f"ttl must be at least a microsecond, not {params.ttl}", field="ttl")
         now, now_s = self._now(params.now)
         args = {
             "id": params.id.hex,
@@ -75,7 +72,7 @@ class LeasesMixin(SQLiteSupport, LeaseStepContract):
         )
 
     @translate_errors
-    def job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus:
+    def _job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus:
         """Extend the lease by its TTL; JobFenced once it is no longer the job's."""
         _, now_s = self._now(params.now)
         args = {
@@ -92,10 +89,8 @@ class LeasesMixin(SQLiteSupport, LeaseStepContract):
         return JobLeaseStatus(expires_at=from_db_time(row[0]), cancel_requested=row[1] is not None)
 
     @translate_errors
-    def job_expire_leases(self, params: JobExpireLeasesParams) -> list[JobRow]:
+    def _job_expire_leases(self, params: JobExpireLeasesParams) -> list[JobRow]:
         """End the attempts of the due leases, fenced to each lease, in one transaction."""
-        if params.limit <= 0:
-            return []
         _, now_s = self._now(params.now)
         args = {
             "client_id": params.client_id,

@@ -57,7 +57,7 @@ class OperatorMixin(SQLiteSupport):
         return found
 
     @translate_errors
-    def job_cancel_many(self, params: JobCancelManyParams) -> JobManyResult:
+    def _job_cancel_many(self, params: JobCancelManyParams) -> JobManyResult:
         """Cancel waiting jobs into history and ask running ones to stop."""
         from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
 
@@ -95,7 +95,7 @@ class OperatorMixin(SQLiteSupport):
         return JobManyResult(outcomes=outcomes, jobs=changed)
 
     @translate_errors
-    def job_retry_many(self, params: JobRetryManyParams) -> JobManyResult:
+    def _job_retry_many(self, params: JobRetryManyParams) -> JobManyResult:
         """Run waiting jobs now and bring finished ones back to live."""
         ids = unique_ids(params.ids)
         if not ids:
@@ -129,7 +129,7 @@ class OperatorMixin(SQLiteSupport):
         return JobManyResult(outcomes=outcomes, jobs=jobs)
 
     @translate_errors
-    def job_delete_many(self, params: JobDeleteManyParams) -> JobManyResult:
+    def _job_delete_many(self, params: JobDeleteManyParams) -> JobManyResult:
         """Delete jobs that are not running, live or from history, with their logs."""
         from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
 

@@ -13,7 +13,6 @@ import dataclasses
 import datetime as dt
 import json
 
-from django_hopper.engine.base import PeriodicHistoryContract
 from django_hopper.engine.params import JobInsertOpts, PeriodicInsertParams, PeriodicRegisterParams
 from django_hopper.engine.sqlite.convert import db_time, dumps, from_db_time
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
@@ -21,11 +20,11 @@ from django_hopper.ids import new_id
 from django_hopper.types import JobRow, PeriodicRegistrationRow
 
 
-class SQLitePeriodicMixin(SQLiteSupport, PeriodicHistoryContract):
+class SQLitePeriodicMixin(SQLiteSupport):
     """``periodic_*`` methods of the SQLite engine."""
 
     @translate_errors
-    def periodic_insert(self, params: PeriodicInsertParams) -> tuple[JobRow | None, bool]:
+    def _periodic_insert(self, params: PeriodicInsertParams) -> tuple[JobRow | None, bool]:
         """Record the slot if it is new, then insert its job, in one transaction."""
         now, now_text = self._now(params.now)
         job = params.job
@@ -54,14 +53,14 @@ class SQLitePeriodicMixin(SQLiteSupport, PeriodicHistoryContract):
             return result.job, True
 
     @translate_errors
-    def periodic_last_slots(self) -> dict[str, dt.datetime]:
+    def _periodic_last_slots(self) -> dict[str, dt.datetime]:
         """Return the last recorded slot per periodic job."""
         with self._cursor() as cursor:
             cursor.execute(Q["periodic_last_slots"], {})
             return {name: from_db_time(slot) for name, slot in cursor.fetchall()}
 
     @translate_errors
-    def periodic_register(self, params: PeriodicRegisterParams) -> None:
+    def _periodic_register(self, params: PeriodicRegisterParams) -> None:
         """Replace the client's registrations, atomically, if its lease is live."""
         _, now_text = self._now(params.now)
         registrations = dumps(
@@ -82,7 +81,7 @@ class SQLitePeriodicMixin(SQLiteSupport, PeriodicHistoryContract):
                 )
 
     @translate_errors
-    def periodic_registrations(
+    def _periodic_registrations(
         self, now: dt.datetime | None = None
     ) -> list[PeriodicRegistrationRow]:
         """Return the registrations of live clients, newest client first per name."""

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_hopper.engine import topics
-from django_hopper.engine.base import PubSubContract
 from django_hopper.engine.params import JobInsertOpts, JobInsertResult, MessagePublishParams
 from django_hopper.engine.sqlite.convert import _loads, dumps, from_db_time
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
@@ -50,17 +49,15 @@ def route_params(row: SubscriptionRow | StreamConsumerRow, now_s: str) -> dict[s
     }
 
 
-class PubSubMixin(SQLiteSupport, PubSubContract):
+class PubSubMixin(SQLiteSupport):
     """subscription_upsert, subscription_list and message_publish."""
 
     @translate_errors
-    def subscription_upsert(
+    def _subscription_upsert(
         self, rows: Sequence[SubscriptionRow], now: dt.datetime | None = None
     ) -> None:
         """Upsert subscriptions in one transaction; of two rows with one name the last wins."""
-        checked = {r.name: r for r in (topics.check_subscription(r) for r in rows)}
-        if not checked:
-            return
+        checked = {r.name: r for r in rows}
         _, now_s = self._now(now)
         with self._atomic(), self._cursor() as c:
             c.executemany(
@@ -69,20 +66,19 @@ class PubSubMixin(SQLiteSupport, PubSubContract):
             )
 
     @translate_errors
-    def subscription_list(self) -> list[SubscriptionRow]:
+    def _subscription_list(self) -> list[SubscriptionRow]:
         """Return every subscription, by name."""
         with self._cursor() as c:
             c.execute(Q["subscription_list"])
             return [subscription_from_row(r) for r in c.fetchall()]
 
     @translate_errors
-    def message_publish(self, params: MessagePublishParams) -> list[JobInsertResult]:
+    def _message_publish(self, params: MessagePublishParams) -> list[JobInsertResult]:
         """Match the subscriptions in Python and insert the deliveries in one statement.
 
         The read and the insert share one transaction (the caller's, if any),
         which as SQLite's one writer no other transaction can interleave with.
         """
-        params = topics.check_publish(params)
         now, _ = self._now(params.now)
         with self._atomic(), self._cursor() as c:
             c.execute(Q["message_publish"])

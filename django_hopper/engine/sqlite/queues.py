@@ -11,9 +11,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from django_hopper import validation
 from django_hopper.engine import limits as rules
-from django_hopper.engine.base import QueueControlsContract
 from django_hopper.engine.decode import runnable
 from django_hopper.engine.params import (
     JobAgeParams,
@@ -23,10 +21,10 @@ from django_hopper.engine.params import (
     QueueState,
 )
 from django_hopper.engine.sqlite.convert import db_time, from_db_time, job_from_row
-from django_hopper.engine.sqlite.jobs import JobsMixin, _claim_key
-from django_hopper.engine.sqlite.support import Q, translate_errors
+from django_hopper.engine.sqlite.jobs import _claim_key
+from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.exceptions import InvalidJob
-from django_hopper.types import CHANNEL_CONTROL, ControlMessage, QueueLimits, QueueRow
+from django_hopper.types import QueueLimits, QueueRow
 
 
 def _limit(value: object, field: str = "limit") -> int:
@@ -57,25 +55,20 @@ def _queue_row(r: Sequence[Any]) -> QueueRow:
     )
 
 
-class QueuesMixin(JobsMixin, QueueControlsContract):
-    """The queue-control half of the contract; listed first so its job_claim
-    routes limited claims before the unlimited path of JobsMixin."""
+class QueuesMixin(SQLiteSupport):
+    """Queue controls and the limited claim path."""
 
     # -- the limited claim ----------------------------------------------------
 
     @translate_errors
-    def job_claim(self, params: JobClaimParams) -> JobClaimResult:
-        """Claim through the limited path when asked; otherwise the plain claim.
+    def _job_claim_limited(self, params: JobClaimParams) -> JobClaimResult:
+        """Claim through the limited path.
 
         The IMMEDIATE transaction holds the write lock from its start, so the
         queue row read here cannot change before the claim and the bucket's
         update commit; the plan comes from :mod:`django_hopper.engine.limits`.
         """
-        if not params.limited:
-            return super().job_claim(params)
-        if _limit(params.limit) == 0:
-            return JobClaimResult(jobs=[])
-        queue = validation.queue_name(params.queue)
+        queue = params.queue
         with self._atomic(), self._cursor() as c:
             now, now_s = self._now(params.now)  # under the write lock: commit order
             c.execute(Q["job_claim.lock"], {"queue": queue})
@@ -124,14 +117,9 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
     # -- ordering keys and aging ----------------------------------------------
 
     @translate_errors
-    def job_retry_ordering_key(self, params: JobRetryOrderingKeyParams) -> int:
+    def _job_retry_ordering_key(self, params: JobRetryOrderingKeyParams) -> int:
         """Wake an ordering key's waiting jobs and mark its running one, in one transaction."""
-        queue = validation.queue_name(params.queue)
-        key = validation.key(params.ordering_key, "ordering_key")
-        if key is None:
-            raise InvalidJob("ordering_key must be a non-empty string", field="ordering_key")
-        if _limit(params.limit) == 0:
-            return 0
+        queue, key = params.queue, params.ordering_key
         _, now_s = self._now(params.now)
         args = {"queue": queue, "ordering_key": key, "limit": params.limit, "now": now_s}
         with self._atomic(), self._cursor() as c:
@@ -141,10 +129,9 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
         return woken
 
     @translate_errors
-    def job_age(self, params: JobAgeParams) -> int:
+    def _job_age(self, params: JobAgeParams) -> int:
         """Raise the priority of the queue's long-claimable jobs by one level."""
-        queue = validation.queue_name(params.queue)
-        after = validation.positive_duration(params.after, "after")
+        queue, after = params.queue, params.after
         now, now_s = self._now(params.now)
         with self._cursor() as c:
             c.execute(Q["job_age"], {"queue": queue, "now": now_s, "before": db_time(now - after)})
@@ -152,32 +139,24 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
 
     # -- pause, resume, limits ------------------------------------------------
 
-    def _control(self, message: ControlMessage) -> None:
-        """Signal every client at commit (CHANNEL_CONTROL)."""
-        self.notify(CHANNEL_CONTROL, [message.payload()])
-
     @translate_errors
-    def queue_pause(self, name: str, now: dt.datetime | None = None) -> None:
+    def _queue_pause(self, name: str, now: dt.datetime | None = None) -> None:
         """Mark the queue paused (keeping an earlier pause time)."""
-        queue = validation.queue_name(name, "name")
         _, now_s = self._now(now)
-        with self._atomic(), self._cursor() as c:
-            c.execute(Q["queue_pause"], {"name": queue, "now": now_s})
-            self._control(ControlMessage.pause(queue))
+        with self._cursor() as c:
+            c.execute(Q["queue_pause"], {"name": name, "now": now_s})
 
     @translate_errors
-    def queue_resume(self, name: str, now: dt.datetime | None = None) -> None:
+    def _queue_resume(self, name: str, now: dt.datetime | None = None) -> None:
         """Clear the queue's pause."""
-        queue = validation.queue_name(name, "name")
         _, now_s = self._now(now)
-        with self._atomic(), self._cursor() as c:
-            c.execute(Q["queue_resume"], {"name": queue, "now": now_s})
-            self._control(ControlMessage.resume(queue))
+        with self._cursor() as c:
+            c.execute(Q["queue_resume"], {"name": name, "now": now_s})
 
     @translate_errors
-    def queue_set_limits(self, limits: QueueLimits, now: dt.datetime | None = None) -> QueueRow:
+    def _queue_set_limits(self, limits: QueueLimits, now: dt.datetime | None = None) -> QueueRow:
         """Store validated limits (zero removes one) and reset the bucket."""
-        checked = rules.validate_limits(limits)
+        checked = limits
         _, now_s = self._now(now)
         aging = checked.aging // dt.timedelta(microseconds=1) or None
         with self._atomic(), self._cursor() as c:
@@ -194,13 +173,12 @@ class QueuesMixin(JobsMixin, QueueControlsContract):
                 },
             )
             row = c.fetchone()
-            self._control(ControlMessage.limits(checked.name, checked.limited))
         return _queue_row(row)
 
     @translate_errors
-    def queue_get(self, name: str) -> QueueRow | None:
+    def _queue_get(self, name: str) -> QueueRow | None:
         """Return one queue's row, or None."""
         with self._cursor() as c:
-            c.execute(Q["queue_get"], {"name": validation.queue_name(name, "name")})
+            c.execute(Q["queue_get"], {"name": name})
             row = c.fetchone()
         return _queue_row(row) if row else None

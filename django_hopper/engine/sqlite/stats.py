@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django_hopper.engine.base import QueueControlsContract
 from django_hopper.engine.sqlite.convert import db_time, from_db_time
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.types import QueueStats, Stats
 
 
-class StatsMixin(SQLiteSupport, QueueControlsContract):
+class StatsMixin(SQLiteSupport):
     """The seed's Stats: queue depths and cluster state, read in one transaction."""
 
     @translate_errors
-    def stats(self, now: dt.datetime | None = None) -> Stats:
+    def _stats(self, now: dt.datetime | None = None) -> Stats:
         """Read per-queue depths, then the clients, the leader and running per client."""
         at, now_s = self._now(now)
         args = {"now": now_s, "minute_ago": db_time(at - dt.timedelta(minutes=1))}

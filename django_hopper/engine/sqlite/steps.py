@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django_hopper.engine.base import LeaseStepContract
 from django_hopper.engine.params import JobStepGetParams, JobStepRecordParams, JobStepsClearParams
 from django_hopper.engine.rules import step_from_row
 from django_hopper.engine.sqlite.convert import dumps, from_db_time
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
-from django_hopper.exceptions import InvalidJob, JobFenced
+from django_hopper.exceptions import JobFenced
 from django_hopper.types import JobID, JobStepRow
 
 
@@ -24,13 +23,7 @@ def _row(r: Any) -> JobStepRow:
     return step_from_row(JobID(r[0]), r[1], result, r[3], r[4], from_db_time(r[5]))
 
 
-def _check_step(step: Any) -> None:
-    """Refuse a step name the ledger cannot key by (empty, not text, too long)."""
-    if not isinstance(step, str) or not step or len(step) > 255:
-        raise InvalidJob(f"a step name must be 1-255 characters, not {step!r}", field="step")
-
-
-class StepsMixin(SQLiteSupport, LeaseStepContract):
+class StepsMixin(SQLiteSupport):
     """job_step_get, job_step_record, job_steps_clear and job_steps."""
 
     def _claim(
@@ -47,9 +40,8 @@ class StepsMixin(SQLiteSupport, LeaseStepContract):
         }
 
     @translate_errors
-    def job_step_get(self, params: JobStepGetParams) -> JobStepRow | None:
+    def _job_step_get(self, params: JobStepGetParams) -> JobStepRow | None:
         """Test the claim (renewing a lease), then read the step."""
-        _check_step(params.step)
         args = {**self._claim(params), "step": params.step}
         row = None
         with self._atomic(), self._cursor() as c:
@@ -63,9 +55,8 @@ class StepsMixin(SQLiteSupport, LeaseStepContract):
         return None if row is None else _row(row)
 
     @translate_errors
-    def job_step_record(self, params: JobStepRecordParams) -> JobStepRow:
+    def _job_step_record(self, params: JobStepRecordParams) -> JobStepRow:
         """Test the claim (renewing a lease) and upsert one try of a step."""
-        _check_step(params.step)
         result = dumps({"value": params.result}, "result") if params.done else None
         args = {**self._claim(params), "step": params.step, "result": result, "error": params.error}
         row = None
@@ -79,7 +70,7 @@ class StepsMixin(SQLiteSupport, LeaseStepContract):
         return _row(row)
 
     @translate_errors
-    def job_steps_clear(self, params: JobStepsClearParams) -> int:
+    def _job_steps_clear(self, params: JobStepsClearParams) -> int:
         """Drop the ledger as the owning claim; JobFenced (nothing dropped) otherwise."""
         args = {**self._claim(params), "reset_attempt": 1 if params.reset_attempt else 0}
         dropped: int | None = None
@@ -93,7 +84,7 @@ class StepsMixin(SQLiteSupport, LeaseStepContract):
         return dropped
 
     @translate_errors
-    def job_steps(self, id: JobID) -> list[JobStepRow]:
+    def _job_steps(self, id: JobID) -> list[JobStepRow]:
         """Return the ledger, in the order steps were first tried."""
         with self._cursor() as c:
             c.execute(Q["job_steps"], {"id": id.hex})

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_hopper.engine import topics
-from django_hopper.engine.base import StreamsContract
 from django_hopper.engine.params import (
     JobInsertOpts,
     StreamAppendParams,
@@ -24,7 +23,7 @@ from django_hopper.engine.params import (
 from django_hopper.engine.sqlite.convert import db_time, dumps, from_db_time
 from django_hopper.engine.sqlite.pubsub import load_object, route_params
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
-from django_hopper.exceptions import InvalidJob, NotFound
+from django_hopper.exceptions import NotFound
 from django_hopper.ids import new_id
 from django_hopper.types import StreamConsumerRow, StreamEvent, StreamPosition
 
@@ -61,13 +60,12 @@ def consumer_from_row(r: Sequence[Any]) -> StreamConsumerRow:
     )
 
 
-class StreamsMixin(SQLiteSupport, StreamsContract):
+class StreamsMixin(SQLiteSupport):
     """The stream log and its consumers, positioned by seq."""
 
     @translate_errors
-    def stream_append(self, params: StreamAppendParams) -> StreamEvent:
+    def _stream_append(self, params: StreamAppendParams) -> StreamEvent:
         """Append one event (xid 0)."""
-        params = topics.check_append(params)
         _, now_s = self._now(params.now)
         message_id = params.message_id or new_id().hex
         with self._cursor() as c:
@@ -95,11 +93,8 @@ class StreamsMixin(SQLiteSupport, StreamsContract):
         )
 
     @translate_errors
-    def stream_read(self, params: StreamReadParams) -> list[StreamEvent]:
+    def _stream_read(self, params: StreamReadParams) -> list[StreamEvent]:
         """Page through events after a position, in position order."""
-        params = topics.check_read(params)
-        if params.limit == 0:
-            return []
         with self._cursor() as c:
             c.execute(
                 Q["stream_read"],
@@ -113,13 +108,11 @@ class StreamsMixin(SQLiteSupport, StreamsContract):
             return [event_from_row(r) for r in c.fetchall()]
 
     @translate_errors
-    def stream_consumer_upsert(
+    def _stream_consumer_upsert(
         self, rows: Sequence[StreamConsumerRow], now: dt.datetime | None = None
     ) -> None:
         """Upsert consumers in one transaction; a new one starts at its ``start``."""
-        checked = {r.name: r for r in (topics.check_consumer(r) for r in rows)}
-        if not checked:
-            return
+        checked = {r.name: r for r in rows}
         _, now_s = self._now(now)
         with self._atomic(), self._cursor() as c:
             c.executemany(
@@ -128,16 +121,17 @@ class StreamsMixin(SQLiteSupport, StreamsContract):
             )
 
     @translate_errors
-    def stream_consumer_list(self) -> list[StreamConsumerRow]:
+    def _stream_consumer_list(self) -> list[StreamConsumerRow]:
         """Return every consumer with its position."""
         with self._cursor() as c:
             c.execute(Q["stream_consumer_list"])
             return [consumer_from_row(r) for r in c.fetchall()]
 
     @translate_errors
-    def stream_consumer_seek(self, name: str, params: StreamSeekParams) -> StreamConsumerRow:
+    def _stream_consumer_seek(
+        self, name: str, params: StreamSeekParams, mode: str
+    ) -> StreamConsumerRow:
         """Move a consumer's seq in one statement."""
-        mode = topics.check_seek(params)
         _, now_s = self._now(None)
         with self._atomic(), self._cursor() as c:
             c.execute(
@@ -156,7 +150,7 @@ class StreamsMixin(SQLiteSupport, StreamsContract):
         return consumer_from_row(row)
 
     @translate_errors
-    def stream_pump(
+    def _stream_pump(
         self, name: str, limit: int, now: dt.datetime | None = None
     ) -> StreamPumpResult:
         """Deliver up to ``limit`` matching events after the consumer's seq, and move it.
@@ -164,7 +158,6 @@ class StreamsMixin(SQLiteSupport, StreamsContract):
         Having read every match, the consumer moves past the last event
         appended, so that events its pattern skips are not scanned again.
         """
-        topics.check_limit(limit)
         _, now_s = self._now(now)
         with self._atomic(), self._cursor() as c:
             c.execute(Q["stream_pump"], {"name": name})
@@ -203,14 +196,8 @@ class StreamsMixin(SQLiteSupport, StreamsContract):
         )
 
     @translate_errors
-    def stream_prune(self, params: StreamPruneParams) -> int:
+    def _stream_prune(self, params: StreamPruneParams) -> int:
         """Delete one chunk of events past retention."""
-        topics.check_limit(params.limit)
-        if not isinstance(params.retention, dt.timedelta) or params.retention < dt.timedelta(0):
-            raise InvalidJob(
-                f"retention must be a non-negative timedelta, not {params.retention!r}",
-                field="retention",
-            )
         now, _ = self._now(params.now)
         with self._cursor() as c:
             c.execute(

@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, cast
 
-from django_hopper.engine.base import BatchWorkflowContract
 from django_hopper.engine.params import (
     BatchSettleParams,
     JobInsertResult,
@@ -23,17 +22,14 @@ from django_hopper.engine.params import (
     WorkflowPromoteParams,
     WorkflowPromoteResult,
 )
-from django_hopper.engine.rules import validate_workflow
 from django_hopper.engine.sqlite.batches import (
     BatchesMixin,
     batch_from_row,
-    check_callbacks,
     stored_callbacks,
 )
 from django_hopper.engine.sqlite.convert import _loads, db_time, dumps, job_from_row
-from django_hopper.engine.sqlite.jobs import _check_insert, inserted_row
+from django_hopper.engine.sqlite.jobs import inserted_row
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
-from django_hopper.exceptions import InvalidJob
 from django_hopper.ids import new_id
 from django_hopper.types import (
     CHANNEL_DONE,
@@ -49,14 +45,12 @@ from django_hopper.types import (
 Finished = list[Any]
 
 
-class WorkflowsMixin(SQLiteSupport, BatchWorkflowContract):
+class WorkflowsMixin(SQLiteSupport):
     """workflow_insert, workflow_get and workflow_promote_ready."""
 
     @translate_errors
-    def workflow_insert(self, params: WorkflowInsertParams) -> WorkflowInsertResult:
+    def _workflow_insert(self, params: WorkflowInsertParams) -> WorkflowInsertResult:
         """Insert the batch, jobs and edges in one transaction, after checking everything."""
-        validate_workflow(params)
-        check_callbacks(params.on_success, params.on_failure, params.on_complete)
         now, now_s = self._now(params.now)
         batch_id = params.id or new_id()
         n = len(params.jobs)
@@ -67,7 +61,6 @@ class WorkflowsMixin(SQLiteSupport, BatchWorkflowContract):
         rows: list[list[Any]] = []
         results: list[JobInsertResult] = []
         for i, p in enumerate(params.jobs):
-            _check_insert(p)
             job_id = p.id or new_id()
             sched = p.scheduled_at or now
             sched_s = db_time(sched, "scheduled_at")
@@ -131,7 +124,7 @@ class WorkflowsMixin(SQLiteSupport, BatchWorkflowContract):
         return WorkflowInsertResult(id=batch_id, jobs=results)
 
     @translate_errors
-    def workflow_get(self, id: JobID) -> WorkflowRow | None:
+    def _workflow_get(self, id: JobID) -> WorkflowRow | None:
         """Return the workflow's batch, jobs, edges and step names."""
         with self._atomic(), self._cursor() as c:
             c.execute(Q["workflow_get"], {"id": id.hex})
@@ -158,12 +151,8 @@ class WorkflowsMixin(SQLiteSupport, BatchWorkflowContract):
         )
 
     @translate_errors
-    def workflow_promote_ready(self, params: WorkflowPromoteParams) -> WorkflowPromoteResult:
+    def _workflow_promote_ready(self, params: WorkflowPromoteParams) -> WorkflowPromoteResult:
         """Promote (or fail) ready dependents; follow failures down the graph."""
-        if params.depends_on is not None and not params.depends_on:
-            return WorkflowPromoteResult()
-        if not isinstance(params.limit, int) or params.limit <= 0:
-            raise InvalidJob(f"limit must be a positive integer, not {params.limit!r}")
         with self._atomic(), self._cursor() as c:
             return promote(self, c, params)
 

@@ -1,0 +1,186 @@
+"""The engine's validation front: every params object is checked here, once.
+
+:class:`~django_hopper.engine.base.BaseEngine` calls these before a vendor
+hook runs, so the two engines refuse the same inputs with the same
+:class:`~django_hopper.exceptions.InvalidJob` (naming the field) and write
+nothing. The tests in ``tests/engine_conformance/test_validation.py`` pin
+every rule on both engines.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from django_hopper import validation
+from django_hopper.engine.params import (
+    BatchInsertParams,
+    JobFinalize,
+    JobInsertOpts,
+    JobInsertParams,
+    JobListParams,
+    WorkflowInsertParams,
+)
+from django_hopper.engine.rules import check_batch_job, validate_workflow
+from django_hopper.exceptions import InvalidJob, UnknownQueue
+from django_hopper.types import ConflictAction, JobState
+
+#: The states a finalize may leave a job in: to history, or back to waiting.
+FINALIZE_STATES: tuple[JobState, ...] = (
+    JobState.COMPLETED,
+    JobState.CANCELED,
+    JobState.DISCARDED,
+    JobState.RETRYABLE,
+    JobState.SCHEDULED,
+)
+_FINALIZE_STATES = frozenset(FINALIZE_STATES)
+_ALL_STATES = frozenset(JobState.values())
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def limit(value: Any, field: str = "limit") -> int:
+    """Return a non-negative integer limit (0: do nothing) or raise InvalidJob naming it."""
+    if type(value) is not int or value < 0:
+        raise InvalidJob(f"{field} must be a non-negative integer, not {value!r}", field=field)
+    return value
+
+
+def positive_limit(value: Any, field: str = "limit") -> int:
+    """Return a positive integer limit or raise InvalidJob naming it."""
+    if type(value) is not int or value <= 0:
+        raise InvalidJob(f"{field} must be a positive integer, not {value!r}", field=field)
+    return value
+
+
+def ttl(value: Any, field: str = "ttl") -> dt.timedelta:
+    """Return a lease duration of at least a microsecond or raise InvalidJob naming it."""
+    if not isinstance(value, dt.timedelta) or value < _MICROSECOND:
+        raise InvalidJob(
+            f"{field} must be a timedelta of at least a microsecond, not {value!r}", field=field
+        )
+    return value
+
+
+def insert(p: JobInsertParams, *, copy: bool = False) -> None:
+    """Refuse an input the database would refuse (or one engine would silently mangle)."""
+    if not isinstance(p.kind, str) or not p.kind or len(p.kind) > 255:
+        raise InvalidJob(
+            f"kind must be a non-empty string of at most 255 characters, not {p.kind!r}",
+            field="kind",
+        )
+    validation.queue_name(p.queue)
+    validation.priority(p.priority)
+    validation.max_attempts(p.max_attempts)
+    if p.scheduled_at is not None:
+        validation.aware(p.scheduled_at, "scheduled_at")
+    if p.ttl is not None:
+        validation.positive_duration(p.ttl, "ttl")
+    validation.key(p.unique_key, "unique_key")
+    validation.key(p.ordering_key, "ordering_key")
+    validation.key(p.partition_key, "partition_key")
+    if isinstance(p.tags, str) or not all(isinstance(t, str) and t for t in p.tags):
+        raise InvalidJob(f"tags must be non-empty strings, not {p.tags!r}", field="tags")
+    if p.unique_finished:
+        validation.unique_finished(p.unique_finished)
+    if p.id is not None and not isinstance(p.id, uuid.UUID):
+        raise InvalidJob(f"id must be a UUID, not {p.id!r}", field="id")
+    if p.batch_id is not None and not isinstance(p.batch_id, uuid.UUID):
+        raise InvalidJob(f"batch_id must be a UUID, not {p.batch_id!r}", field="batch_id")
+    check_batch_job(p)
+    if copy and p.unique_key is not None:
+        raise InvalidJob(
+            "job_insert_copy takes no unique keys; use job_insert_many", field="unique_key"
+        )
+
+
+def insert_opts(opts: JobInsertOpts) -> None:
+    """Refuse an unknown conflict action."""
+    if opts.on_conflict not in ConflictAction.values():
+        raise InvalidJob(
+            f"on_conflict must be one of {', '.join(ConflictAction.values())}, "
+            f"not {opts.on_conflict!r}",
+            field="on_conflict",
+        )
+
+
+def callbacks(*params: JobInsertParams | None) -> None:
+    """Refuse a callback the insert at completion would refuse, before anything is written."""
+    for p in params:
+        if p is not None:
+            insert(p)
+
+
+def batch(params: BatchInsertParams) -> None:
+    """Refuse a batch with a bad total or callback."""
+    total = params.total
+    if type(total) is not int or total < 0:
+        raise InvalidJob(f"total must be a non-negative integer, not {total!r}", field="total")
+    callbacks(params.on_success, params.on_failure, params.on_complete)
+
+
+def workflow(params: WorkflowInsertParams) -> None:
+    """Refuse an invalid workflow, job or callback."""
+    validate_workflow(params)
+    for p in params.jobs:
+        insert(p)
+    callbacks(params.on_success, params.on_failure, params.on_complete)
+
+
+def finalize(results: Sequence[JobFinalize]) -> None:
+    """Refuse a result that would leave its job running, or wait a negative delay."""
+    for f in results:
+        if f.state not in _FINALIZE_STATES:
+            raise InvalidJob(
+                f"a result's state must be one of {', '.join(FINALIZE_STATES)}, not {f.state!r}",
+                field="state",
+            )
+        if not isinstance(f.delay, dt.timedelta) or f.delay < dt.timedelta(0):
+            raise InvalidJob(f"delay must not be negative, not {f.delay!r}", field="delay")
+
+
+def job_list(params: JobListParams) -> None:
+    """Refuse a listing filter no job could match for a reason the caller should hear."""
+    limit(params.limit)
+    if params.ordering_key is not None and params.queue is None:
+        raise InvalidJob(
+            "ordering_key needs queue: a key is a lane only within its queue",
+            field="ordering_key",
+        )
+    unknown = [s for s in params.states if s not in _ALL_STATES]
+    if unknown:
+        raise InvalidJob(f"unknown job states {unknown!r}", field="states")
+    if params.metadata is not None and not isinstance(params.metadata, dict):
+        raise InvalidJob(
+            f"metadata must be a JSON object, not {params.metadata!r}", field="metadata"
+        )
+
+
+def queue_names(names: Any) -> list[str]:
+    """Return distinct valid queue names, sorted, or raise UnknownQueue naming ``names``."""
+    if isinstance(names, str):
+        raise UnknownQueue(f"names must be a list of queue names, not {names!r}", field="names")
+    return sorted({validation.queue_name(name, "names") for name in names})
+
+
+def ordering_key(value: Any) -> str:
+    """Return a required ordering key or raise InvalidJob."""
+    key = validation.key(value, "ordering_key")
+    if key is None:
+        raise InvalidJob("ordering_key must be a non-empty string", field="ordering_key")
+    return key
+
+
+def step(value: Any) -> str:
+    """Return a step name of 1 to 255 characters or raise InvalidJob."""
+    if not isinstance(value, str) or not value or len(value) > 255:
+        raise InvalidJob(f"a step name must be 1-255 characters, not {value!r}", field="step")
+    return value
+
+
+def channel(value: Any) -> str:
+    """Return a notification channel name or raise InvalidJob."""
+    if not isinstance(value, str) or not value:
+        raise InvalidJob(f"channel must be a non-empty string, not {value!r}", field="channel")
+    return value
