@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from asgiref.sync import sync_to_async
 
 from django_hopper.exceptions import HopperError, JobFailed, NotFound
+from django_hopper.types import CHANNEL_DONE, JobRow
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine
-    from django_hopper.types import JobRow
+    from django_hopper.engine.base import BaseEngine, Listener
 
 
 class JobHandle:
@@ -44,6 +44,8 @@ class JobHandle:
         return self.job.kind
 
     def _engine(self) -> BaseEngine:
+        # Imported here: importing the public API (``from django_hopper import job``)
+        # must not load the engine layer, which needs settings.
         from django_hopper.engine import get_engine
 
         return get_engine(self._alias)
@@ -80,9 +82,6 @@ class JobHandle:
         from any process. Call it outside the enqueueing transaction, which
         must commit before a worker can see the job.
         """
-        from django_hopper.engine.base import Listener
-        from django_hopper.types import CHANNEL_DONE
-
         engine = self._engine()
         deadline = None if timeout is None else time.monotonic() + float(timeout)
         listener: Listener | None = None

@@ -30,9 +30,15 @@ import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeAlias, TypeVar, overload
 
-from django_hopper import validation
+from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.utils import timezone
+
+from django_hopper import signals, validation
+from django_hopper.conf import hopper_settings
 from django_hopper.exceptions import InvalidJob
 from django_hopper.handle import JobHandle
+from django_hopper.ids import new_ids
 from django_hopper.registry import (
     UNKNOWN_KIND_PREFIX,
     kind_of,
@@ -41,6 +47,8 @@ from django_hopper.registry import (
     registry,
     resolve,
 )
+from django_hopper.signals import job_enqueued
+from django_hopper.types import ConflictAction
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -177,8 +185,6 @@ class JobFunction(Generic[P, R]):
         """Return the queue the job goes to (``HOPPER["DEFAULT_QUEUE"]`` if it names none)."""
         if self._queue is not None:
             return self._queue
-        from django_hopper.conf import hopper_settings
-
         return str(hopper_settings.DEFAULT_QUEUE)
 
     @property
@@ -186,8 +192,6 @@ class JobFunction(Generic[P, R]):
         """Return the attempts allowed (``HOPPER["DEFAULT_MAX_ATTEMPTS"]`` if not set)."""
         if self._max_attempts is not None:
             return self._max_attempts
-        from django_hopper.conf import hopper_settings
-
         return int(hopper_settings.DEFAULT_MAX_ATTEMPTS)
 
     @property
@@ -305,8 +309,6 @@ class JobFunction(Generic[P, R]):
 
     async def aenqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Enqueue from async code; the insert runs in Django's sync thread."""
-        from asgiref.sync import sync_to_async
-
         return await sync_to_async(self.enqueue)(*args, **kwargs)
 
     def prepare(self, *args: P.args, **kwargs: P.kwargs) -> PreparedJob:
@@ -330,8 +332,6 @@ class JobFunction(Generic[P, R]):
         Items sharing a unique key: the first is inserted (or is a duplicate of
         the job holding the key), the later ones are returned as its duplicates.
         """
-        from django.utils import timezone
-
         now = timezone.now()
         template: JobInsertParams | None = None
         entries: list[_Entry] = []
@@ -370,8 +370,6 @@ class JobFunction(Generic[P, R]):
 
     async def aenqueue_many(self, items: Iterable[BatchItem | PreparedJob]) -> list[JobHandle]:
         """Enqueue many jobs from async code (see ``enqueue_many``)."""
-        from asgiref.sync import sync_to_async
-
         return await sync_to_async(self.enqueue_many)(list(items))
 
     def insert_params(
@@ -391,14 +389,14 @@ class JobFunction(Generic[P, R]):
         A ``run_after`` timedelta is resolved here, from ``now`` (default: the
         current time), so the jobs of one call share their schedule.
         """
+        # Imported here: importing the public API (``from django_hopper import job``)
+        # must not load the engine layer, which needs settings.
         from django_hopper.engine.params import JobInsertParams
 
         opts = self.options
         scheduled_at: dt.datetime | None = None
         if isinstance(opts.run_after, dt.timedelta):
             if now is None:
-                from django.utils import timezone
-
                 now = timezone.now()
             scheduled_at = now + opts.run_after
         elif opts.run_after is not None:
@@ -536,8 +534,6 @@ def enqueue_many(calls: Iterable[PreparedJob]) -> list[JobHandle]:
     (a ``using(...)`` copy is its own sender, as with ``enqueue``), after the
     insert.
     """
-    from django.utils import timezone
-
     now = timezone.now()
     entries: list[_Entry] = []
     for i, call in enumerate(calls):
@@ -555,8 +551,6 @@ def enqueue_many(calls: Iterable[PreparedJob]) -> list[JobHandle]:
 
 async def aenqueue_many(calls: Iterable[PreparedJob]) -> list[JobHandle]:
     """Enqueue prepared jobs from async code (see :func:`enqueue_many`)."""
-    from asgiref.sync import sync_to_async
-
     return await sync_to_async(enqueue_many)(list(calls))
 
 
@@ -566,6 +560,8 @@ def _insert(entries: Sequence[_Entry]) -> list[JobHandle]:
     A job joins the transaction of its queue's alias. Jobs for queues on
     several aliases are written per alias, each alias's part atomic on its own.
     """
+    # Imported here: the engine layer loads on the first enqueue, not with ``@job``
+    # (importing the public API must not need settings).
     from django_hopper.engine import get_engine
     from django_hopper.topology import queue_alias
 
@@ -593,12 +589,9 @@ def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]
     group, the groups are written in one atomic block, and the IDs are made
     here in input order, as ID order is creation order.
     """
-    from django.db import transaction
-
-    from django_hopper import signals
+    # Imported here: the engine layer loads on the first enqueue, not with ``@job``
+    # (importing the public API must not need settings).
     from django_hopper.engine.params import JobInsertOpts, JobInsertResult
-    from django_hopper.signals import job_enqueued
-    from django_hopper.types import ConflictAction
 
     plain: list[int] = []
     skip: list[int] = []
@@ -644,8 +637,6 @@ def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]
         for i, result in zip(group, insert([params[i] for i in group], opts), strict=True):
             results[i] = result
     else:
-        from django_hopper.ids import new_ids
-
         written = sorted(i for group, _, _ in groups for i in group)
         for i, job_id in zip(written, new_ids(len(written)), strict=True):
             if params[i].id is None:
