@@ -10,7 +10,9 @@ class HopperConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_hopper import checks, periodic, topology  # noqa: F401  (register the system checks)
+        from django_hopper import checks, observability, periodic, topology  # noqa: F401
+
+        observability.setup()  # tracing and metrics, when their packages are installed
 
         self._connect_tasks_backend()
 

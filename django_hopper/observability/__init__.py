@@ -185,3 +185,25 @@ def remove_sink(sink: Sink) -> None:
         if sink in _sinks:
             _sinks.remove(sink)
             _rewire()
+
+
+_setup_done = False
+
+
+def setup() -> None:
+    """Turn on tracing and metrics as settings and installed packages allow.
+
+    Called from the app's ``ready()`` in every process, so that enqueues in
+    web processes are traced and counted as well as attempts in workers.
+    """
+    global _setup_done
+    if _setup_done:
+        return
+    _setup_done = True
+    from django_hopper.conf import hopper_settings
+
+    if hopper_settings.TRACING is not False:
+        from django_hopper.observability import tracing
+
+        if tracing.available():
+            add_sink(tracing.TracingSink())

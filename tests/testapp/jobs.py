@@ -261,3 +261,9 @@ def rt_raise_base_twice(which: str) -> None:
 async def rt_async_raise_base_twice(which: str) -> None:
     """The ``async def`` twin of :func:`rt_raise_base_twice`."""
     raise _base_exception(which)
+
+
+@job
+def obs_enqueue_child(a: int, b: int) -> str:
+    """Enqueue ``add(a, b)`` from inside a job; return the child's ID."""
+    return str(add.enqueue(a, b).id)

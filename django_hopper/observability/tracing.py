@@ -1,0 +1,225 @@
+"""OpenTelemetry tracing: a span per enqueue, per claim and per attempt, in one trace.
+
+On ``opentelemetry-api`` (``pip install django-hopper[otel]``); without it this
+module does nothing and nothing is connected. Configure an SDK (a
+``TracerProvider`` and an exporter) as for any OpenTelemetry application;
+without one the API's no-op tracer records nothing and hopper stores nothing.
+
+* ``enqueue {kind}`` (PRODUCER) wraps each enqueue call, a child of the
+  current span (the request's, with Django instrumentation). Its context is
+  stored with the jobs, in ``metadata["otel"]`` (W3C ``traceparent``), so the
+  trace survives the database.
+* ``claim {queue}`` (CONSUMER) runs from the claim (the database's
+  ``attempted_at``) to the start of the attempt: the time the job waited in
+  the worker.
+* ``run {kind}`` (CONSUMER) covers the attempt. It is current while the job's
+  function runs, so spans the job makes (queries, HTTP calls, jobs it
+  enqueues) are its children. A failed attempt records its exception and an
+  error status.
+
+Each attempt's claim and run spans are children of the enqueue span, so every
+retry, and every step of a workflow enqueued in one call, lands in the trace
+of the request that enqueued it. Attributes follow the OpenTelemetry messaging
+semantic conventions (``messaging.system``, ``messaging.destination.name``,
+``messaging.operation.type``, ``messaging.message.id``) plus
+``hopper.job.kind`` and ``hopper.job.attempt``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import datetime as dt
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from django_hopper.observability import Sink
+
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate, trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+except ImportError:  # pragma: no cover - the extra is not installed
+    trace = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from django_hopper.engine.params import JobInsertParams
+    from django_hopper.types import JobRow
+
+#: The metadata key the enqueue span's context is stored under.
+METADATA_KEY = "otel"
+SYSTEM = "django_hopper"
+
+
+def available() -> bool:
+    """Return whether ``opentelemetry-api`` is installed."""
+    return trace is not None
+
+
+def _ns(at: dt.datetime | None, ceiling: int) -> int:
+    if at is None:
+        return ceiling
+    return min(int(at.timestamp() * 1e9), ceiling)
+
+
+def _in_task() -> bool:
+    try:
+        return asyncio.current_task() is not None
+    except RuntimeError:
+        return False
+
+
+class TracingSink(Sink):
+    """Make the spans; ``tracer_provider`` defaults to the global one."""
+
+    wants = frozenset({"enqueuing", "enqueued", "started", "finished"})
+
+    def __init__(self, tracer_provider: Any = None) -> None:
+        from django_hopper import __version__
+
+        self.tracer = trace.get_tracer(
+            "django_hopper", __version__, tracer_provider=tracer_provider
+        )
+        #: Enqueue spans opened by ``enqueuing``, closed by ``enqueued``.
+        self._enqueues: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
+            f"hopper_enqueue_spans_{id(self)}", default=()
+        )
+        #: (job ID, fence) -> (run span, context token, thread ident, in a task).
+        self._running: dict[tuple[Any, int], tuple[Any, Any, int, bool]] = {}
+        #: A job thread's token left attached by an attempt that timed out.
+        self._local = threading.local()
+
+    # -- enqueue -------------------------------------------------------------
+
+    def enqueuing(self, sender: Any, params: Sequence[JobInsertParams]) -> Mapping[str, Any] | None:
+        """Open the enqueue span; return its context to store with the jobs."""
+        for stale in self._enqueues.get():  # an insert that raised: its span ends failed
+            stale.set_status(Status(StatusCode.ERROR, "the insert failed"))
+            stale.end()
+        if not params:
+            self._enqueues.set(())
+            return None
+        queues = {p.queue for p in params}
+        kinds = {p.kind for p in params}
+        queue = next(iter(queues)) if len(queues) == 1 else "(several)"
+        kind = next(iter(kinds)) if len(kinds) == 1 else "(several)"
+        attributes: dict[str, Any] = {
+            "messaging.system": SYSTEM,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "enqueue",
+            "messaging.destination.name": queue,
+            "hopper.job.kind": kind,
+        }
+        if len(params) > 1:
+            attributes["messaging.batch.message_count"] = len(params)
+        span = self.tracer.start_span(
+            f"enqueue {kind}", kind=SpanKind.PRODUCER, attributes=attributes
+        )
+        if not span.is_recording():
+            self._enqueues.set(())
+            return None
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier, context=trace.set_span_in_context(span))
+        self._enqueues.set((span,))
+        return {METADATA_KEY: carrier} if carrier else None
+
+    def enqueued(self, sender: Any, jobs: Sequence[JobRow], duplicates: Sequence[JobRow]) -> None:
+        """Close the enqueue span with the job's ID."""
+        spans = self._enqueues.get()
+        if not spans:
+            return
+        self._enqueues.set(())
+        span = spans[-1]
+        rows = [*jobs, *duplicates]
+        if len(rows) == 1:
+            span.set_attribute("messaging.message.id", str(rows[0].id))
+            span.set_attribute("hopper.job.duplicate", bool(duplicates))
+        elif duplicates:
+            span.set_attribute("hopper.job.duplicates", len(duplicates))
+        span.end()
+
+    # -- attempts ------------------------------------------------------------
+
+    def started(self, job: JobRow) -> None:
+        """Record the claim span and open the run span, current in the attempt's thread."""
+        metadata = job.metadata if isinstance(job.metadata, dict) else {}
+        carrier = metadata.get(METADATA_KEY)
+        parent = propagate.extract(carrier) if isinstance(carrier, dict) else None
+        attributes: dict[str, Any] = {
+            "messaging.system": SYSTEM,
+            "messaging.destination.name": job.queue,
+            "messaging.message.id": str(job.id),
+            "messaging.client.id": str(job.attempted_by),
+            "hopper.job.kind": job.kind,
+            "hopper.job.attempt": job.attempt,
+            "hopper.job.max_attempts": job.max_attempts,
+        }
+        now = time.time_ns()
+        claim = self.tracer.start_span(
+            f"claim {job.queue}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes={
+                **attributes,
+                "messaging.operation.type": "receive",
+                "messaging.operation.name": "claim",
+            },
+            start_time=_ns(job.attempted_at, now),
+        )
+        if not claim.is_recording():
+            return
+        claim.end(end_time=now)
+        span = self.tracer.start_span(
+            f"run {job.kind}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes={
+                **attributes,
+                "messaging.operation.type": "process",
+                "messaging.operation.name": "run",
+            },
+            start_time=now,
+        )
+        in_task = _in_task()
+        if not in_task:
+            stale = getattr(self._local, "token", None)
+            if stale is not None:  # an attempt of this thread that timed out
+                self._detach(stale)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        if not in_task:
+            self._local.token = token
+        self._running[(job.id, job.fence)] = (span, token, threading.get_ident(), in_task)
+
+    def finished(
+        self, job: JobRow, state: str, error: BaseException | str | None, duration: float | None
+    ) -> None:
+        """End the run span with the attempt's state; record a failure's exception."""
+        entry = self._running.pop((job.id, job.fence), None)
+        if entry is None:
+            return
+        span, token, ident, in_task = entry
+        span.set_attribute("hopper.job.state", state)
+        if error is not None and state not in ("scheduled", "canceled"):
+            if isinstance(error, BaseException):
+                span.record_exception(error)
+                text = f"{type(error).__name__}: {error}"
+            else:
+                text = str(error)
+            span.set_status(Status(StatusCode.ERROR, text))
+        elif state == "canceled":
+            span.add_event("canceled")
+        span.end()
+        if ident == threading.get_ident():
+            self._detach(token)
+            if not in_task and getattr(self._local, "token", None) is token:
+                self._local.token = None
+
+    def _detach(self, token: Any) -> None:
+        try:
+            otel_context.detach(token)
+        except Exception:  # pragma: no cover - a token of another context
+            pass
+        if getattr(self._local, "token", None) is token:
+            self._local.token = None

@@ -1,0 +1,156 @@
+"""OpenTelemetry: one trace from a Django view through enqueue, claim and run, and a retry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.http import HttpRequest, JsonResponse
+from django.test import Client, override_settings
+from django.urls import path
+
+from django_hopper import api, observability
+from django_hopper.observability.tracing import METADATA_KEY, TracingSink
+from tests.testapp import jobs
+
+otel_sdk = pytest.importorskip("opentelemetry.sdk.trace")
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+    InMemorySpanExporter,
+)
+from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
+
+PROVIDER = otel_sdk.TracerProvider()
+EXPORTER = InMemorySpanExporter()
+PROVIDER.add_span_processor(SimpleSpanProcessor(EXPORTER))
+
+
+def enqueue_view(request: HttpRequest) -> JsonResponse:
+    """A view as Django instrumentation would trace it: a SERVER span around the request."""
+    tracer = PROVIDER.get_tracer("tests")
+    with tracer.start_as_current_span("GET /enqueue/", kind=SpanKind.SERVER):
+        handle = jobs.rt_flaky.enqueue(failures=1)
+    return JsonResponse({"id": str(handle.id)})
+
+
+urlpatterns = [path("enqueue/", enqueue_view)]
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Trace into an in-memory exporter for the test."""
+    sink = observability.add_sink(TracingSink(tracer_provider=PROVIDER))
+    EXPORTER.clear()
+    yield EXPORTER
+    observability.remove_sink(sink)
+
+
+def by_name(finished: Any, prefix: str) -> list[Any]:
+    return sorted(
+        (s for s in finished if s.name.startswith(prefix)),
+        key=lambda s: s.attributes.get("hopper.job.attempt", 0),
+    )
+
+
+@override_settings(ROOT_URLCONF=__name__)
+def test_tracing__one_trace_links_a_view_to_each_attempt_of_its_job(tx_engine, make_worker, spans):
+    response = Client().get("/enqueue/")
+    job_id = response.json()["id"]
+    stored = api.get_job(job_id)
+    assert stored.metadata[METADATA_KEY]["traceparent"]
+
+    worker = make_worker(queues={"default": 2})
+    assert worker.run_once() == 1  # attempt 1 fails and is retried later
+    api.retry_job(job_id)  # make the retry due now
+    assert worker.run_once() == 1  # attempt 2 completes
+    assert api.get_job(job_id).state == "completed"
+
+    finished = spans.get_finished_spans()
+    (view,) = by_name(finished, "GET /enqueue/")
+    (enqueue,) = by_name(finished, "enqueue ")
+    claims = by_name(finished, "claim ")
+    runs = by_name(finished, "run ")
+    assert len(claims) == 2 and len(runs) == 2
+    assert {s.context.trace_id for s in finished} == {view.context.trace_id}
+
+    assert enqueue.parent.span_id == view.context.span_id
+    assert enqueue.kind == SpanKind.PRODUCER
+    assert enqueue.attributes["messaging.message.id"] == job_id
+    assert enqueue.attributes["messaging.destination.name"] == "default"
+    assert enqueue.attributes["messaging.system"] == "django_hopper"
+    assert enqueue.attributes["hopper.job.kind"] == "tests.testapp.jobs.rt_flaky"
+    for attempt, (claim, run) in enumerate(zip(claims, runs, strict=True), start=1):
+        assert claim.parent.span_id == enqueue.context.span_id
+        assert run.parent.span_id == enqueue.context.span_id
+        assert run.kind == SpanKind.CONSUMER
+        assert run.attributes["hopper.job.attempt"] == attempt
+        assert run.attributes["messaging.message.id"] == job_id
+        assert run.attributes["messaging.operation.type"] == "process"
+        assert claim.attributes["messaging.operation.type"] == "receive"
+        assert claim.end_time <= run.start_time
+
+    failed, completed = runs
+    assert failed.status.status_code == StatusCode.ERROR
+    assert "ValueError: flaky failure 1" in (failed.status.description or "")
+    assert [e.name for e in failed.events] == ["exception"]
+    assert failed.attributes["hopper.job.state"] == "retryable"
+    assert completed.status.status_code != StatusCode.ERROR
+    assert completed.attributes["hopper.job.state"] == "completed"
+
+
+def test_tracing__a_job_enqueued_by_a_job_continues_its_trace(tx_engine, make_worker, spans):
+    tracer = PROVIDER.get_tracer("tests")
+    with tracer.start_as_current_span("request"):
+        parent_id = str(jobs.obs_enqueue_child.enqueue(1, 2).id)
+    worker = make_worker(queues={"default": 1})
+    assert worker.run_once() == 1
+    child_id = api.get_job(parent_id).output
+    assert worker.run_once() == 1
+    assert api.get_job(child_id).output == 3
+
+    finished = spans.get_finished_spans()
+    (request,) = by_name(finished, "request")
+    parent_run, child_run = (
+        next(s for s in by_name(finished, "run ") if s.attributes["messaging.message.id"] == i)
+        for i in (parent_id, child_id)
+    )
+    child_enqueue = next(
+        s
+        for s in by_name(finished, "enqueue ")
+        if s.attributes.get("messaging.message.id") == child_id
+    )
+    assert child_enqueue.parent.span_id == parent_run.context.span_id
+    assert child_run.parent.span_id == child_enqueue.context.span_id
+    assert {s.context.trace_id for s in finished} == {request.context.trace_id}
+
+
+def test_tracing__each_step_of_a_workflow_runs_in_the_trace_that_enqueued_it(
+    tx_engine, make_worker, spans
+):
+    from django_hopper import Workflow
+
+    tracer = PROVIDER.get_tracer("tests")
+    wf = Workflow("traced")
+    fetch = wf.add(jobs.wf_step, "fetch", step="fetch")
+    wf.add(jobs.wf_step, "parse", after=[fetch], reads=["fetch"], step="parse")
+    with tracer.start_as_current_span("request"):
+        wf.enqueue()
+    worker = make_worker(queues={"default": 2})
+    assert worker.run_once() == 1  # fetch; parse waits for it
+    assert worker.run_once() == 1  # parse
+
+    finished = spans.get_finished_spans()
+    (request,) = by_name(finished, "request")
+    (enqueue,) = by_name(finished, "enqueue ")
+    runs = by_name(finished, "run ")
+    assert len(runs) == 2
+    assert enqueue.attributes["messaging.batch.message_count"] == 2
+    assert all(r.parent.span_id == enqueue.context.span_id for r in runs)
+    assert {s.context.trace_id for s in finished} == {request.context.trace_id}
+
+
+def test_tracing__without_a_recording_provider_nothing_is_stored(tx_engine):
+    # The default sink uses the global provider, a no-op in this test process.
+    handle = jobs.add.enqueue(1, 2)
+    assert METADATA_KEY not in (api.get_job(handle.id).metadata or {})
