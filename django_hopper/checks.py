@@ -232,6 +232,15 @@ def _check_numbers(user: dict[str, Any], defaults: dict[str, Any]) -> list[Any]:
                     id="hopper.E016",
                 )
             )
+    token = user.get("METRICS_TOKEN", defaults["METRICS_TOKEN"])
+    if not isinstance(token, str):
+        errors.append(
+            Error(
+                f"HOPPER['METRICS_TOKEN'] must be a string, not {type(token).__name__}.",
+                hint="Read it from the environment, e.g. os.environ['HOPPER_METRICS_TOKEN'].",
+                id="hopper.E017",
+            )
+        )
     imports = user.get("IMPORTS", defaults["IMPORTS"])
     if not isinstance(imports, list | tuple) or not all(isinstance(m, str) for m in imports):
         errors.append(

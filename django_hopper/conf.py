@@ -85,6 +85,9 @@ DEFAULTS: dict[str, Any] = {
     # and Prometheus (when prometheus-client is): None turns them on when
     # installed, False turns them off.
     "METRICS": None,
+    # A bearer token that lets a scraper read the metrics view without a staff
+    # session ("" accepts staff sessions only).
+    "METRICS_TOKEN": "",
 }
 
 

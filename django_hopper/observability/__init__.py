@@ -207,3 +207,7 @@ def setup() -> None:
 
         if tracing.available():
             add_sink(tracing.TracingSink())
+    if hopper_settings.METRICS is not False:
+        from django_hopper.observability import metrics
+
+        metrics.setup()

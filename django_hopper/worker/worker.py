@@ -142,6 +142,9 @@ class Producer:
         #: Monotonic time the latest claim started (for the debounce).
         self.last_claim = 0.0
         self.claims = 0
+        #: Jobs claimed in all, and by the latest claim (read by the metrics).
+        self.claimed = 0
+        self.last_batch = 0
         self.thread: threading.Thread | None = None
 
     def free(self) -> int:
@@ -194,6 +197,8 @@ class Producer:
             )
         )
         self.claims += 1
+        self.claimed += len(result.jobs)
+        self.last_batch = len(result.jobs)
         if result.wait > dt.timedelta(0):
             self.hold_until = time.monotonic() + result.wait.total_seconds()
         self.full = len(result.jobs) >= free

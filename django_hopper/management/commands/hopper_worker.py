@@ -106,6 +106,19 @@ class Command(BaseCommand):
             help="Console lines as text or one JSON object per line (HOPPER['LOG_FORMAT']).",
         )
         parser.add_argument(
+            "--metrics-port",
+            type=int,
+            help=(
+                "Serve Prometheus metrics on this port (needs prometheus-client); with "
+                "--processes N, process i serves on port + i."
+            ),
+        )
+        parser.add_argument(
+            "--metrics-host",
+            default="127.0.0.1",
+            help="Address the metrics endpoint binds (default 127.0.0.1: this machine only).",
+        )
+        parser.add_argument(
             "--database",
             help=(
                 "Database alias whose jobs to run (default HOPPER['DATABASE']), e.g. the "
@@ -145,10 +158,16 @@ class Command(BaseCommand):
         if alias not in connections.settings:
             raise CommandError(f"--database: {alias!r} is not in DATABASES")
         queues = _queues_on(alias, queues, explicit=bool(options["queues"]))
+        metrics_port = options.get("metrics_port")
+        if metrics_port is not None and not 0 < metrics_port < 65536:
+            raise CommandError("--metrics-port must be a port number (1-65535)")
         if processes > 1:
             # The children's system checks ran here already: print them once.
             argv = ["--skip-checks", "--queues", ",".join(f"{q}:{c}" for q, c in queues.items())]
             argv += ["--log-format", log_format]
+            if metrics_port is not None:
+                argv += ["--metrics-port", str(metrics_port)]
+                argv += ["--metrics-host", str(options["metrics_host"])]
             if options["burst"]:
                 argv.append("--burst")
             if options["shutdown_timeout"] is not None:
@@ -172,6 +191,12 @@ class Command(BaseCommand):
             maintenance=not options["no_maintenance"],
         )
         worker = Worker(config, get_engine(alias))
+        if metrics_port is not None:
+            from django_hopper.observability import metrics
+
+            slot = os.environ.get(SLOT_ENV, "")
+            port = metrics_port + (int(slot) if slot.isdigit() else 0)
+            metrics.serve(port, str(options["metrics_host"]))
         supervisor = os.environ.get(SUPERVISOR_ENV)
         if supervisor and supervisor.isdigit():
             follow_supervisor(worker, int(supervisor))

@@ -1,0 +1,484 @@
+"""Job metrics: OpenTelemetry instruments and a Prometheus exposition.
+
+Counters by queue and kind, histograms of run duration and pickup latency, fed
+by the job signals (:class:`MetricsSink`); gauges of queue depth by state and
+the oldest waiting job's age, read from the database when metrics are
+collected, never per job (:class:`QueueDepth`: one ``stats()`` call per
+collection, shared by both exporters, cluster-wide); and the gauges of the
+workers of this process (slots, busy slots, claim sizes), read from the
+workers' own counters at collection.
+
+Backends, each on when its package is installed (``HOPPER["METRICS"]`` False
+turns both off):
+
+* OpenTelemetry (``opentelemetry-api``): a ``django_hopper`` meter on the
+  global ``MeterProvider``; configure an SDK and a reader/exporter as usual.
+* Prometheus (``prometheus-client``): metrics on the client's default
+  registry, served by ``hopper_worker --metrics-port`` (:func:`serve`) or by
+  the :func:`django_hopper.observability.views.metrics` view.
+
+Names (Prometheus; OpenTelemetry uses the dotted form, e.g. ``hopper.jobs.completed``):
+
+========================================  ================  ==========================
+``hopper_jobs_enqueued_total``            counter           queue, kind
+``hopper_jobs_completed_total``           counter           queue, kind
+``hopper_jobs_failed_total``              counter           queue, kind (error raised)
+``hopper_jobs_retried_total``             counter           queue, kind
+``hopper_jobs_discarded_total``           counter           queue, kind
+``hopper_jobs_cancelled_total``           counter           queue, kind
+``hopper_jobs_rescued_total``             counter           queue, kind
+``hopper_job_duration_seconds``           histogram         queue, kind
+``hopper_job_pickup_latency_seconds``     histogram         queue
+``hopper_queue_jobs``                     gauge             queue, state
+``hopper_queue_oldest_available_seconds`` gauge             queue
+``hopper_queue_paused``                   gauge             queue
+``hopper_clients_live``                   gauge
+``hopper_worker_slots``                   gauge             queue (this process)
+``hopper_worker_busy_slots``              gauge             queue (this process)
+``hopper_worker_claim_batch_size``        gauge             queue (the last claim)
+``hopper_worker_claims_total``            counter           queue
+``hopper_worker_claimed_jobs_total``      counter           queue
+========================================  ================  ==========================
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from django_hopper.observability import Sink, add_sink
+
+if TYPE_CHECKING:
+    from django_hopper.types import JobRow, Stats
+    from django_hopper.worker import Worker
+
+logger = logging.getLogger("django_hopper.observability")
+
+#: The job events counted, by queue and kind.
+EVENTS = ("enqueued", "completed", "failed", "retried", "discarded", "cancelled", "rescued")
+#: Buckets of both histograms (seconds): from a no-op job to an hour-long one.
+BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+#: Job states the depth gauges report.
+DEPTH_STATES = ("available", "scheduled", "retryable", "running")
+
+
+def prometheus_available() -> bool:
+    """Return whether ``prometheus-client`` is installed."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def otel_available() -> bool:
+    """Return whether ``opentelemetry-api`` is installed."""
+    try:
+        from opentelemetry import metrics  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------
+# What is read at collection: queue depths (one query) and this process's workers
+
+
+class QueueDepth:
+    """Cluster-wide queue depths from one ``stats()`` call, shared for ``max_age`` seconds.
+
+    Every exporter reads the same snapshot, so a collection costs one query
+    however many gauges (and exporters) read it; a scrape storm costs one
+    query per ``max_age``. The connection is closed again when the scrape
+    thread opened it (the Prometheus server's threads are not Django's).
+    """
+
+    def __init__(self, max_age: float = 1.0) -> None:
+        self.max_age = max_age
+        self._lock = threading.Lock()
+        self._at = -1e9
+        self._stats: Stats | None = None
+        self.queries = 0
+
+    def read(self) -> Stats | None:
+        """Return the latest snapshot, querying when it is older than ``max_age``."""
+        with self._lock:
+            if time.monotonic() - self._at < self.max_age:
+                return self._stats
+            self._stats = self._query()
+            self._at = time.monotonic()
+            return self._stats
+
+    def _query(self) -> Stats | None:
+        from django.db import connections
+
+        from django_hopper import queues
+        from django_hopper.engine import get_engine
+
+        engine = get_engine()
+        opened = connections[engine.alias].connection is None
+        try:
+            self.queries += 1
+            return queues.stats()
+        except Exception:
+            logger.warning("reading queue depths for metrics failed", exc_info=True)
+            return None
+        finally:
+            if opened and not connections[engine.alias].in_atomic_block:
+                connections[engine.alias].close()
+
+
+depth = QueueDepth()
+
+#: The workers running in this process (for the worker gauges).
+_workers: weakref.WeakSet[Worker] = weakref.WeakSet()
+
+
+def _producers() -> Iterator[tuple[str, Any]]:
+    for worker in list(_workers):
+        yield from worker.producers.items()
+
+
+def worker_gauges() -> dict[str, dict[str, float]]:
+    """Return the workers' gauges of this process by name, then by queue."""
+    names = ("slots", "busy_slots", "claim_batch_size", "claims", "claimed_jobs")
+    out: dict[str, dict[str, float]] = {name: {} for name in names}
+    for queue, p in _producers():
+        for name, value in (
+            ("slots", p.concurrency),
+            ("busy_slots", p.running),
+            ("claims", p.claims),
+            ("claimed_jobs", p.claimed),
+        ):
+            out[name][queue] = out[name].get(queue, 0) + value
+        out["claim_batch_size"][queue] = p.last_batch
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Backends
+
+
+class PrometheusMetrics:
+    """The Prometheus metrics, made once per process on the client's default registry."""
+
+    def __init__(self, registry: Any = None) -> None:
+        import prometheus_client as pc
+
+        self.registry = registry if registry is not None else pc.REGISTRY
+        self.counters = {
+            event: pc.Counter(
+                f"hopper_jobs_{event}",
+                f"Jobs {event}, by queue and kind.",
+                ["queue", "kind"],
+                registry=self.registry,
+            )
+            for event in EVENTS
+        }
+        self.duration = pc.Histogram(
+            "hopper_job_duration_seconds",
+            "How long attempts ran, by queue and kind.",
+            ["queue", "kind"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.latency = pc.Histogram(
+            "hopper_job_pickup_latency_seconds",
+            "Time from a job's scheduled time (or insert) to its claim, by queue.",
+            ["queue"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self._children: dict[tuple[str, str, str], Any] = {}
+        self.registry.register(_Collector())
+
+    def _child(self, metric: str, queue: str, kind: str) -> Any:
+        key = (metric, queue, kind)
+        child = self._children.get(key)
+        if child is None:
+            if metric == "duration":
+                child = self.duration.labels(queue, kind)
+            elif metric == "latency":
+                child = self.latency.labels(queue)
+            else:
+                child = self.counters[metric].labels(queue, kind)
+            self._children[key] = child
+        return child
+
+    def count(self, event: str, queue: str, kind: str, n: int = 1) -> None:
+        self._child(event, queue, kind).inc(n)
+
+    def observe_duration(self, queue: str, kind: str, seconds: float) -> None:
+        self._child("duration", queue, kind).observe(seconds)
+
+    def observe_latency(self, queue: str, kind: str, seconds: float) -> None:
+        self._child("latency", queue, "").observe(seconds)
+
+
+class _Collector:
+    """The gauges read at scrape time: queue depths (one query) and this process's workers."""
+
+    def describe(self) -> list[Any]:
+        return []  # collected lazily: never query the database at registration
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        stats = depth.read()
+        if stats is not None:
+            jobs = GaugeMetricFamily(
+                "hopper_queue_jobs", "Jobs in each live state, by queue.", labels=["queue", "state"]
+            )
+            oldest = GaugeMetricFamily(
+                "hopper_queue_oldest_available_seconds",
+                "Age of the oldest job that could be claimed now, by queue.",
+                labels=["queue"],
+            )
+            paused = GaugeMetricFamily(
+                "hopper_queue_paused", "1 while a queue is paused.", labels=["queue"]
+            )
+            for name, q in sorted(stats.queues.items()):
+                for state in DEPTH_STATES:
+                    jobs.add_metric([name, state], getattr(q, state))
+                oldest.add_metric([name], q.oldest_available.total_seconds())
+                paused.add_metric([name], 1.0 if q.paused else 0.0)
+            yield jobs
+            yield oldest
+            yield paused
+            yield GaugeMetricFamily(
+                "hopper_clients_live", "Workers with a live lease.", value=stats.live_clients
+            )
+        gauges = worker_gauges()
+        for name, doc in (
+            ("slots", "Jobs this process's workers may run at once, by queue."),
+            ("busy_slots", "Jobs this process's workers are running, by queue."),
+            ("claim_batch_size", "Jobs the latest claim of each queue took."),
+        ):
+            family = GaugeMetricFamily(f"hopper_worker_{name}", doc, labels=["queue"])
+            for queue, value in sorted(gauges[name].items()):
+                family.add_metric([queue], value)
+            yield family
+        for name, doc in (
+            ("claims", "Claims this process's workers made, by queue."),
+            ("claimed_jobs", "Jobs this process's workers claimed, by queue."),
+        ):
+            counter = CounterMetricFamily(f"hopper_worker_{name}", doc, labels=["queue"])
+            for queue, value in sorted(gauges[name].items()):
+                counter.add_metric([queue], value)
+            yield counter
+
+
+class OTelMetrics:
+    """The same metrics as OpenTelemetry instruments on the ``django_hopper`` meter."""
+
+    def __init__(self, meter_provider: Any = None) -> None:
+        from opentelemetry import metrics
+
+        from django_hopper import __version__
+
+        meter = metrics.get_meter("django_hopper", __version__, meter_provider=meter_provider)
+        self.counters = {
+            event: meter.create_counter(
+                f"hopper.jobs.{event}", unit="{job}", description=f"Jobs {event}."
+            )
+            for event in EVENTS
+        }
+        self.duration = meter.create_histogram(
+            "hopper.job.duration", unit="s", description="How long attempts ran."
+        )
+        self.latency = meter.create_histogram(
+            "hopper.job.pickup_latency",
+            unit="s",
+            description="Time from a job's scheduled time (or insert) to its claim.",
+        )
+        meter.create_observable_gauge(
+            "hopper.queue.jobs",
+            callbacks=[self._queue_jobs],
+            unit="{job}",
+            description="Jobs in each live state, by queue.",
+        )
+        meter.create_observable_gauge(
+            "hopper.queue.oldest_available",
+            callbacks=[self._oldest],
+            unit="s",
+            description="Age of the oldest job that could be claimed now.",
+        )
+        meter.create_observable_gauge(
+            "hopper.worker.busy_slots",
+            callbacks=[self._worker("busy_slots")],
+            unit="{slot}",
+            description="Jobs this process's workers are running.",
+        )
+        meter.create_observable_gauge(
+            "hopper.worker.slots",
+            callbacks=[self._worker("slots")],
+            unit="{slot}",
+            description="Jobs this process's workers may run at once.",
+        )
+        meter.create_observable_gauge(
+            "hopper.worker.claim_batch_size",
+            callbacks=[self._worker("claim_batch_size")],
+            unit="{job}",
+            description="Jobs the latest claim of each queue took.",
+        )
+
+    def count(self, event: str, queue: str, kind: str, n: int = 1) -> None:
+        self.counters[event].add(n, {"queue": queue, "kind": kind})
+
+    def observe_duration(self, queue: str, kind: str, seconds: float) -> None:
+        self.duration.record(seconds, {"queue": queue, "kind": kind})
+
+    def observe_latency(self, queue: str, kind: str, seconds: float) -> None:
+        self.latency.record(seconds, {"queue": queue})
+
+    def _queue_jobs(self, options: Any) -> Iterator[Any]:
+        from opentelemetry.metrics import Observation
+
+        stats = depth.read()
+        for name, q in sorted((stats.queues if stats else {}).items()):
+            for state in DEPTH_STATES:
+                yield Observation(getattr(q, state), {"queue": name, "state": state})
+
+    def _oldest(self, options: Any) -> Iterator[Any]:
+        from opentelemetry.metrics import Observation
+
+        stats = depth.read()
+        for name, q in sorted((stats.queues if stats else {}).items()):
+            yield Observation(q.oldest_available.total_seconds(), {"queue": name})
+
+    def _worker(self, name: str) -> Any:
+        def callback(options: Any) -> Iterator[Any]:
+            from opentelemetry.metrics import Observation
+
+            for queue, value in sorted(worker_gauges()[name].items()):
+                yield Observation(value, {"queue": queue})
+
+        return callback
+
+
+# ---------------------------------------------------------------------------
+# The sink
+
+
+class MetricsSink(Sink):
+    """Count job events and time attempts into every backend that is on."""
+
+    wants = frozenset(
+        {"enqueued", "started", "finished", "ended", "rescued", "worker_started", "worker_stopped"}
+    )
+
+    def __init__(self, backends: Sequence[Any]) -> None:
+        self.backends = list(backends)
+
+    def _count(self, event: str, queue: str, kind: str, n: int = 1) -> None:
+        for b in self.backends:
+            b.count(event, queue, kind, n)
+
+    def enqueued(self, sender: Any, jobs: Sequence[JobRow], duplicates: Sequence[JobRow]) -> None:
+        """Count inserted jobs (duplicates were not inserted)."""
+        by: Counter[tuple[str, str]] = Counter((j.queue, j.kind) for j in jobs)
+        for (queue, kind), n in by.items():
+            self._count("enqueued", queue, kind, n)
+
+    def started(self, job: JobRow) -> None:
+        """Record the pickup latency: from the job's scheduled time to its claim."""
+        if job.attempted_at is None:
+            return
+        waited = max((job.attempted_at - job.scheduled_at).total_seconds(), 0.0)
+        for b in self.backends:
+            b.observe_latency(job.queue, job.kind, waited)
+
+    def finished(
+        self, job: JobRow, state: str, error: BaseException | str | None, duration: float | None
+    ) -> None:
+        """Count the attempt's outcome and record its duration."""
+        queue, kind = job.queue, job.kind
+        if state == "completed":
+            self._count("completed", queue, kind)
+        elif state == "retryable":
+            self._count("failed", queue, kind)
+            self._count("retried", queue, kind)
+        elif state == "discarded":
+            self._count("failed", queue, kind)
+            self._count("discarded", queue, kind)
+        elif state == "canceled":
+            self._count("cancelled", queue, kind)
+        if duration is not None:
+            for b in self.backends:
+                b.observe_duration(queue, kind, duration)
+
+    def ended(self, jobs: Sequence[JobRow]) -> None:
+        """Count jobs ended outside an attempt (expired, rescued out of attempts, canceled)."""
+        for job in jobs:
+            if job.state == "canceled":
+                self._count("cancelled", job.queue, job.kind)
+            elif job.state == "discarded":
+                self._count("discarded", job.queue, job.kind)
+
+    def rescued(self, jobs: Sequence[JobRow]) -> None:
+        """Count rescued attempts (their endings are counted by ``ended``; retries here)."""
+        for job in jobs:
+            self._count("rescued", job.queue, job.kind)
+            if job.state == "retryable":
+                self._count("retried", job.queue, job.kind)
+
+    def worker_started(self, worker: Worker) -> None:
+        """Watch the worker's slots and claims."""
+        _workers.add(worker)
+
+    def worker_stopped(self, worker: Worker) -> None:
+        """Stop watching the worker."""
+        _workers.discard(worker)
+
+
+_prometheus: PrometheusMetrics | None = None
+_sink: MetricsSink | None = None
+
+
+def prometheus() -> PrometheusMetrics:
+    """Return this process's Prometheus metrics, made on first use."""
+    global _prometheus
+    if _prometheus is None:
+        _prometheus = PrometheusMetrics()
+    return _prometheus
+
+
+def setup() -> MetricsSink | None:
+    """Turn on the backends whose packages are installed; return the sink, if any."""
+    global _sink
+    if _sink is not None:
+        return _sink
+    backends: list[Any] = []
+    if prometheus_available():
+        backends.append(prometheus())
+    if otel_available():
+        backends.append(OTelMetrics())
+    if not backends:
+        return None
+    _sink = MetricsSink(backends)
+    add_sink(_sink)
+    return _sink
+
+
+def serve(port: int, host: str = "127.0.0.1") -> Any:
+    """Serve the Prometheus metrics over HTTP on ``host:port`` (a daemon thread).
+
+    Raises ImproperlyConfigured without ``prometheus-client``.
+    """
+    from django.core.exceptions import ImproperlyConfigured
+
+    if not prometheus_available():
+        raise ImproperlyConfigured(
+            "--metrics-port needs prometheus-client: pip install 'django-hopper[prometheus]'"
+        )
+    import prometheus_client
+
+    setup()
+    served = prometheus_client.start_http_server(port, addr=host)
+    logger.info("serving Prometheus metrics on http://%s:%d/metrics", host, port)
+    return served

@@ -1,0 +1,213 @@
+"""Metrics: the Prometheus endpoint of a real worker during a run, the view, the sink's rules."""
+
+from __future__ import annotations
+
+import datetime as dt
+import socket
+import urllib.request
+from typing import Any
+
+import pytest
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.test import Client, override_settings
+from django.urls import path
+
+from django_hopper import queues
+from django_hopper.observability import metrics
+from django_hopper.observability.views import metrics as metrics_view
+from tests.runtime.conftest import Processes, wait_for
+from tests.testapp import jobs
+
+prometheus_client = pytest.importorskip("prometheus_client")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+urlpatterns = [path("metrics", metrics_view), path("admin/", admin.site.urls)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Return every sample of an exposition by (name, sorted labels)."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(scraped: dict, name: str, **labels: str) -> float:
+    return scraped.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+class Scraper:
+    """Scrape a worker's endpoint until a condition holds (a deadline, no fixed sleeps)."""
+
+    def __init__(self, port: int, procs: Processes) -> None:
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.procs = procs
+
+    def scrape(self) -> dict:
+        try:
+            with urllib.request.urlopen(self.url, timeout=5) as response:
+                return samples(response.read().decode())
+        except OSError:
+            return {}
+
+    def until(self, condition: Any, timeout: float = 30.0) -> dict:
+        last: dict = {}
+
+        def check() -> bool:
+            nonlocal last
+            last = self.scrape()
+            return bool(last) and condition(last)
+
+        try:
+            wait_for(check, timeout=timeout, step=0.05)
+        except BaseException:
+            print(self.procs.logs())
+            print({k: v for k, v in last.items() if k[0].startswith("hopper_")})
+            raise
+        return last
+
+
+ADD = "tests.testapp.jobs.add"
+FAIL = "tests.testapp.jobs.fail"
+
+
+@pytest.mark.processes
+def test_metrics_endpoint__counters_move_and_depth_is_right_during_a_run(tx_engine, processes):
+    for i in range(3):
+        jobs.add.enqueue(i, i)
+    for _ in range(2):
+        jobs.fail.using(max_attempts=1).enqueue("nope")
+    for i in range(4):
+        jobs.add.using(run_after=dt.timedelta(hours=1)).enqueue(i, 0)
+    port = free_port()
+    processes.start("--queues", "default:2", "--metrics-port", str(port))
+    scraper = Scraper(port, processes)
+
+    first = scraper.until(
+        lambda s: (
+            value(s, "hopper_jobs_completed_total", queue="default", kind=ADD) == 3
+            and value(s, "hopper_jobs_discarded_total", queue="default", kind=FAIL) == 2
+        )
+    )
+    assert value(first, "hopper_jobs_failed_total", queue="default", kind=FAIL) == 2
+    assert value(first, "hopper_job_duration_seconds_count", queue="default", kind=ADD) == 3
+    assert value(first, "hopper_job_pickup_latency_seconds_count", queue="default") == 5
+    assert value(first, "hopper_worker_slots", queue="default") == 2
+    assert value(first, "hopper_worker_claimed_jobs_total", queue="default") == 5
+    assert value(first, "hopper_queue_jobs", queue="default", state="scheduled") == 4
+
+    # Paused, the queue's new jobs wait: the depth gauge counts them.
+    queues.pause_queue("default")
+    scraper.until(lambda s: value(s, "hopper_queue_paused", queue="default") == 1)
+    for i in range(3):
+        jobs.add.enqueue(i, 1)
+    waiting = scraper.until(
+        lambda s: value(s, "hopper_queue_jobs", queue="default", state="available") == 3
+    )
+    assert value(waiting, "hopper_jobs_completed_total", queue="default", kind=ADD) == 3
+    assert value(waiting, "hopper_queue_jobs", queue="default", state="running") == 0
+    assert value(waiting, "hopper_queue_oldest_available_seconds", queue="default") >= 0
+
+    # Resumed, they run: the counters move on and the depth drops to zero.
+    queues.resume_queue("default")
+    done = scraper.until(
+        lambda s: (
+            value(s, "hopper_jobs_completed_total", queue="default", kind=ADD) == 6
+            and value(s, "hopper_queue_jobs", queue="default", state="available") == 0
+        )
+    )
+    assert value(done, "hopper_queue_jobs", queue="default", state="scheduled") == 4
+    assert value(done, "hopper_worker_busy_slots", queue="default") == 0
+
+
+@override_settings(ROOT_URLCONF=__name__, HOPPER={"METRICS_TOKEN": "s3cret"})
+def test_metrics_view__is_for_staff_or_the_token_only(db):
+    jobs.add.enqueue(1, 1)
+    client = Client()
+    assert client.get("/metrics").status_code == 302  # to the admin's login, like the admin
+    user = get_user_model().objects.create_user("op", password="pw", is_staff=False)
+    client.force_login(user)
+    assert client.get("/metrics").status_code == 302
+    user.is_staff = True
+    user.save()
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    scraped = samples(response.content.decode())
+    assert value(scraped, "hopper_queue_jobs", queue="default", state="available") == 1
+    assert Client().get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 302
+    scraper = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret")
+    assert scraper.status_code == 200
+
+
+def test_queue_depth__one_query_per_collection_however_many_readers(db):
+    depth = metrics.QueueDepth(max_age=60)
+    for _ in range(5):
+        depth.read()
+    assert depth.queries == 1
+
+
+def test_metrics_sink__counts_each_outcome_by_queue_and_kind():
+    class Recorder:
+        def __init__(self) -> None:
+            self.counts: dict[tuple[str, str, str], int] = {}
+            self.durations: list[float] = []
+            self.latencies: list[float] = []
+
+        def count(self, event: str, queue: str, kind: str, n: int = 1) -> None:
+            key = (event, queue, kind)
+            self.counts[key] = self.counts.get(key, 0) + n
+
+        def observe_duration(self, queue: str, kind: str, seconds: float) -> None:
+            self.durations.append(seconds)
+
+        def observe_latency(self, queue: str, kind: str, seconds: float) -> None:
+            self.latencies.append(seconds)
+
+    from django_hopper.types import JobRow
+
+    now = dt.datetime.now(dt.UTC)
+    job = JobRow(
+        id=None,  # type: ignore[arg-type]
+        kind="k",
+        queue="q",
+        state="running",
+        priority=0,
+        attempt=1,
+        max_attempts=3,
+        scheduled_at=now - dt.timedelta(seconds=2),
+        created_at=now - dt.timedelta(seconds=3),
+        attempted_at=now,
+    )
+    rec = Recorder()
+    sink = metrics.MetricsSink([rec])
+    sink.started(job)
+    sink.finished(job, "retryable", ValueError("x"), 0.5)
+    sink.finished(job, "discarded", ValueError("x"), 0.5)
+    sink.finished(job, "completed", None, 0.25)
+    sink.finished(job, "canceled", None, None)
+    sink.ended([JobRow(**{**vars_of(job), "state": "discarded"})])
+    sink.rescued([JobRow(**{**vars_of(job), "state": "retryable"})])
+    assert rec.counts == {
+        ("failed", "q", "k"): 2,
+        ("retried", "q", "k"): 2,
+        ("discarded", "q", "k"): 2,
+        ("completed", "q", "k"): 1,
+        ("cancelled", "q", "k"): 1,
+        ("rescued", "q", "k"): 1,
+    }
+    assert rec.durations == [0.5, 0.5, 0.25]
+    assert rec.latencies == [pytest.approx(2.0)]
+
+
+def vars_of(row: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
