@@ -109,6 +109,14 @@ ROWS: list[Row] = [
         ),
     ),
     (
+        "1 process, tracing + metrics on (x off)",
+        _with_ratio(
+            lambda r: r["processing"]["1proc_observed"]["jobs_per_s"],
+            lambda r: r["processing"]["1proc"]["jobs_per_s"],
+            "processing_observed",
+        ),
+    ),
+    (
         "worker CPU per job, 1 process (µs)",
         lambda r: f"{r['processing']['1proc'].get('cpu_us_per_job', 0):,.0f}",
     ),

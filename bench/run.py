@@ -70,9 +70,10 @@ def size(name: str, scale: float) -> int:
 # Child processes
 
 
-def worker_env() -> dict[str, str]:
+def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Return the environment of worker subprocesses: this process's, with bench settings."""
     env = dict(os.environ)
+    env.update(extra or {})
     env["DJANGO_SETTINGS_MODULE"] = "bench.settings"
     env["PYTHONPATH"] = str(BASE_DIR) + os.pathsep + env.get("PYTHONPATH", "")
     return env
@@ -116,12 +117,14 @@ def _bench_client(engine: Any) -> int:
 class Children:
     """Worker subprocesses, reaped with ``wait4`` so each one's own rusage is read exactly."""
 
-    def __init__(self, commands: list[list[str]], log: Path) -> None:
+    def __init__(
+        self, commands: list[list[str]], log: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.log = open(log, "ab")  # noqa: SIM115 - closed in wait()
         self.started = time.perf_counter()
         self.procs = [
             subprocess.Popen(
-                cmd, cwd=BASE_DIR, env=worker_env(), stdout=self.log, stderr=subprocess.STDOUT
+                cmd, cwd=BASE_DIR, env=worker_env(env), stdout=self.log, stderr=subprocess.STDOUT
             )
             for cmd in commands
         ]
@@ -390,7 +393,13 @@ class Suite:
         self.progress(f"idle burst worker: {self.startup_cpu * 1000:.0f} ms CPU (startup+exit)")
 
     def process(
-        self, n: int, processes: int, *, memory: bool = False, queues: str = WORKER_QUEUES
+        self,
+        n: int,
+        processes: int,
+        *,
+        memory: bool = False,
+        queues: str = WORKER_QUEUES,
+        env: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """Work ``n`` pre-enqueued no-op jobs with ``processes`` burst workers."""
         from django.db import connections
@@ -422,7 +431,7 @@ class Suite:
             + (", sampling RSS" if memory else "")
         )
         kids = Children(
-            [worker_command(burst=True, queues=queues) for _ in range(processes)], self.log
+            [worker_command(burst=True, queues=queues) for _ in range(processes)], self.log, env
         )
         # A burst worker that cannot claim retries forever: bound the wait by the work.
         cpu = kids.wait(timeout=120 + n / 50, tick=tick if memory else None)
@@ -670,6 +679,12 @@ class Suite:
         self.seed(queue="bench", n=n)
         self.settle()
         result["processing"]["1proc_c100"] = self.process(n, 1, queues="bench:100")
+        # The same work with OpenTelemetry tracing and metrics and Prometheus on
+        # (bench/observe.py), as a ratio to the 1-process figure of this run.
+        self.reset()
+        self.seed(queue="bench", n=n)
+        self.settle()
+        result["processing"]["1proc_observed"] = self.process(n, 1, env={"BENCH_OBSERVE": "1"})
         result["latency"] = cases["empty"]["latency"]
         small, large = size("waiting_small", self.scale), size("waiting_large", self.scale)
         cases["waiting_small"] = self.growth_case(f"{small:,} waiting", small, 0)
@@ -786,6 +801,9 @@ def ratios(r: dict[str, Any]) -> dict[str, float | None]:
         "processing_1proc": div(proc["1proc"]["jobs_per_s"], one),
         "processing_2proc": div(proc["2proc"]["jobs_per_s"], two),
         "processing_1proc_c100": div(proc["1proc_c100"]["jobs_per_s"], one),
+        "processing_observed": div(
+            (proc.get("1proc_observed") or {}).get("jobs_per_s"), proc["1proc"]["jobs_per_s"]
+        ),
         "enqueue_one_per_tx": div(enq["one_per_tx"]["jobs_per_s"], raw["insert_one"]["jobs_per_s"]),
         "enqueue_unique_one_per_tx": div(
             enq["unique_one_per_tx"]["jobs_per_s"], raw["insert_one"]["jobs_per_s"]
@@ -883,6 +901,12 @@ def render(engine: str, title: str, r: dict[str, Any]) -> str:
         ("1proc", one, "raw 1 conn", "1 worker process"),
         ("2proc", two, "raw 2 conns", "2 worker processes"),
         ("1proc_c100", one, "raw 1 conn", "(diagnostic) 1 process, concurrency 100"),
+        (
+            "1proc_observed",
+            proc["1proc"]["jobs_per_s"],
+            "1 process, off",
+            "1 process, tracing + metrics on",
+        ),
     ):
         p = proc.get(key)
         if p:

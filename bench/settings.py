@@ -76,6 +76,14 @@ if ENGINE == "postgres" and os.environ.get("BENCH_PGBOUNCER_PORT"):
     HOPPER["DIRECT_DATABASES"] = {"default": "direct"}
 if os.environ.get("BENCH_PREPARED_STATEMENTS") == "0":
     HOPPER["PREPARED_STATEMENTS"] = False
+# Tracing and metrics are off unless BENCH_OBSERVE=1, which turns them on with
+# an OpenTelemetry SDK (bench/observe.py): the figure "tracing + metrics on" is
+# measured against the same work with them off.
+if os.environ.get("BENCH_OBSERVE") == "1":
+    HOPPER["IMPORTS"] = ["bench.observe", *HOPPER["IMPORTS"]]
+else:
+    HOPPER["TRACING"] = False
+    HOPPER["METRICS"] = False
 if os.environ.get("BENCH_POLL_INTERVAL"):
     HOPPER["POLL_INTERVAL"] = float(os.environ["BENCH_POLL_INTERVAL"])
 if os.environ.get("BENCH_FLUSH_INTERVAL"):
