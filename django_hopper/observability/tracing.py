@@ -27,7 +27,6 @@ semantic conventions (``messaging.system``, ``messaging.destination.name``,
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import datetime as dt
 import threading
@@ -64,13 +63,6 @@ def _ns(at: dt.datetime | None, ceiling: int) -> int:
     return min(int(at.timestamp() * 1e9), ceiling)
 
 
-def _in_task() -> bool:
-    try:
-        return asyncio.current_task() is not None
-    except RuntimeError:
-        return False
-
-
 class TracingSink(Sink):
     """Make the spans; ``tracer_provider`` defaults to the global one."""
 
@@ -86,10 +78,8 @@ class TracingSink(Sink):
         self._enqueues: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
             f"hopper_enqueue_spans_{id(self)}", default=()
         )
-        #: (job ID, fence) -> (run span, context token, thread ident, in a task).
-        self._running: dict[tuple[Any, int], tuple[Any, Any, int, bool]] = {}
-        #: A job thread's token left attached by an attempt that timed out.
-        self._local = threading.local()
+        #: (job ID, fence) -> (run span, the thread that started it).
+        self._running: dict[tuple[Any, int], tuple[Any, int]] = {}
 
     # -- enqueue -------------------------------------------------------------
 
@@ -182,15 +172,13 @@ class TracingSink(Sink):
             },
             start_time=now,
         )
-        in_task = _in_task()
-        if not in_task:
-            stale = getattr(self._local, "token", None)
-            if stale is not None:  # an attempt of this thread that timed out
-                self._detach(stale)
-        token = otel_context.attach(trace.set_span_in_context(span))
-        if not in_task:
-            self._local.token = token
-        self._running[(job.id, job.fence)] = (span, token, threading.get_ident(), in_task)
+        # Made current by setting the context, not attach/detach with a token:
+        # the attempt may end in another context than it started in (a sync
+        # timeout ends it from the main thread; an async job's signals run in
+        # copies of its task's context), where a token cannot be reset. The
+        # next attempt of the thread, or the end of this one, replaces it.
+        otel_context.attach(trace.set_span_in_context(span))
+        self._running[(job.id, job.fence)] = (span, threading.get_ident())
 
     def finished(
         self, job: JobRow, state: str, error: BaseException | str | None, duration: float | None
@@ -199,7 +187,7 @@ class TracingSink(Sink):
         entry = self._running.pop((job.id, job.fence), None)
         if entry is None:
             return
-        span, token, ident, in_task = entry
+        span, ident = entry
         span.set_attribute("hopper.job.state", state)
         if error is not None and state not in ("scheduled", "canceled"):
             if isinstance(error, BaseException):
@@ -211,15 +199,5 @@ class TracingSink(Sink):
         elif state == "canceled":
             span.add_event("canceled")
         span.end()
-        if ident == threading.get_ident():
-            self._detach(token)
-            if not in_task and getattr(self._local, "token", None) is token:
-                self._local.token = None
-
-    def _detach(self, token: Any) -> None:
-        try:
-            otel_context.detach(token)
-        except Exception:  # pragma: no cover - a token of another context
-            pass
-        if getattr(self._local, "token", None) is token:
-            self._local.token = None
+        if ident == threading.get_ident() and trace.get_current_span() is span:
+            otel_context.attach(otel_context.Context())

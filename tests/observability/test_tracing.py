@@ -150,6 +150,18 @@ def test_tracing__each_step_of_a_workflow_runs_in_the_trace_that_enqueued_it(
     assert {s.context.trace_id for s in finished} == {request.context.trace_id}
 
 
+@pytest.mark.parametrize("fn", [jobs.obs_current_span, jobs.obs_current_span_async])
+def test_tracing__the_run_span_is_current_while_the_job_runs(tx_engine, make_worker, spans, fn):
+    ids = [str(fn.enqueue().id) for _ in range(3)]
+    worker = make_worker(queues={"default": 3})
+    assert worker.run_once() == 3
+    runs = {
+        s.attributes["messaging.message.id"]: s for s in by_name(spans.get_finished_spans(), "run ")
+    }
+    for job_id in ids:
+        assert api.get_job(job_id).output == format(runs[job_id].context.span_id, "016x")
+
+
 def test_tracing__without_a_recording_provider_nothing_is_stored(tx_engine):
     # The default sink uses the global provider, a no-op in this test process.
     handle = jobs.add.enqueue(1, 2)

@@ -267,3 +267,21 @@ async def rt_async_raise_base_twice(which: str) -> None:
 def obs_enqueue_child(a: int, b: int) -> str:
     """Enqueue ``add(a, b)`` from inside a job; return the child's ID."""
     return str(add.enqueue(a, b).id)
+
+
+def _current_span_id() -> str:
+    from opentelemetry import trace
+
+    return format(trace.get_current_span().get_span_context().span_id, "016x")
+
+
+@job
+def obs_current_span() -> str:
+    """Return the ID of the OpenTelemetry span current while the job runs."""
+    return _current_span_id()
+
+
+@job
+async def obs_current_span_async() -> str:
+    """The ``async def`` twin of :func:`obs_current_span`."""
+    return _current_span_id()
