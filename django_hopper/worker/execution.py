@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections, connections
 
-from django_hopper import signals
+from django_hopper import signals, validation
 from django_hopper.context import JobContext, JobSnooze
 from django_hopper.engine.params import JobFinalize
-from django_hopper.exceptions import JobCanceled, JobFenced
+from django_hopper.exceptions import InvalidJob, JobCanceled, JobFenced
 from django_hopper.retry import backoff
 from django_hopper.types import AttemptError, RescueReason
 from django_hopper.worker.db import close_thread_connections
@@ -168,12 +168,19 @@ def timed_out(job: JobRow, timeout: float, log: str | None = None) -> JobFinaliz
 
 def _json_error(output: Any) -> str | None:
     """Return why ``output`` cannot be stored as JSON, or None if it can."""
-    if output is None or type(output) in (str, int, bool):  # most jobs: nothing to check
+    if output is None or type(output) in (int, bool):  # most jobs: nothing to check
+        return None
+    if type(output) is str and "\x00" not in output:
         return None
     try:
-        json.dumps(output, allow_nan=False)
+        dumped = json.dumps(output, allow_nan=False)
     except (TypeError, ValueError) as exc:
         return f"the job returned a value that is not JSON ({type(output).__name__}): {exc}"
+    if "\\u0000" in dumped:  # a NUL somewhere (rare): the JSON rule says where
+        try:
+            validation.json_normalize(output, "the job's return value")
+        except InvalidJob as exc:
+            return str(exc)
     return None
 
 

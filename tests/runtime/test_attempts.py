@@ -105,6 +105,20 @@ def test_a_value_that_is_not_json_fails_the_attempt_with_a_clear_error(tx_engine
     assert "not JSON" in row.errors[0].error and "set" in row.errors[0].error
 
 
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_value_with_a_nul_character_fails_the_attempt_alike_on_both_engines(
+    tx_engine, make_worker, nested
+):
+    job = insert(tx_engine, jobs.rt_returns_nul, nested=nested)
+    ok = insert(tx_engine, jobs.add, 1, 2)  # a healthy result in the same batch is written
+    make_worker().run_once()
+    row = get(tx_engine, job)
+    assert row.state == "retryable"
+    assert "NUL character" in row.errors[0].error
+    healthy = tx_engine.job_get(ok.id)  # gone from the live table once completed (no archive)
+    assert healthy is None or healthy.state == "completed"
+
+
 def test_context_log_lines_are_stored_with_the_attempt(tx_engine, make_worker):
     job = insert(tx_engine, jobs.with_context, note="hello")
     make_worker().run_once()

@@ -99,6 +99,12 @@ def rt_not_json() -> Any:
     return {1, 2, 3}
 
 
+@job
+def rt_returns_nul(nested: bool = False) -> Any:
+    """Return a string with a NUL character, which PostgreSQL's jsonb cannot store."""
+    return {"text": ["ok", "a\x00b"]} if nested else "a\x00b"
+
+
 @job(timeout=0.3)
 def rt_sleep_sync(seconds: float) -> str:
     """Ignore its timeout (a plain sleep): the worker must finalize it anyway."""
