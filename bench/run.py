@@ -600,6 +600,52 @@ class Suite:
         connections.close_all()
         return out
 
+    def keyed_claim_probe(self, hot: int = 10_000, keys: int = 1_000) -> dict[str, Any]:
+        """Time claims of a queue whose window is full of one key's blocked jobs.
+
+        ``hot`` jobs wait behind one ordering key's head and ``keys`` other keys
+        have one job each, so the claim falls back to walking the keys: its cost
+        must follow the keys, never the jobs blocked behind a head. One claim of
+        50 and five of 10 are timed in a transaction that is rolled back.
+        """
+        from django.db import connections, transaction
+
+        from django_hopper.engine import get_engine
+        from django_hopper.engine.params import JobClaimParams, JobInsertParams
+
+        engine = get_engine()
+        client_id = _bench_client(engine)
+        params = [JobInsertParams(kind="bench.jobs.noop", queue="keyed", ordering_key="hot")] * hot
+        params += [
+            JobInsertParams(kind="bench.jobs.noop", queue="keyed", ordering_key=f"k{i:05}")
+            for i in range(keys)
+        ]
+        try:
+            with transaction.atomic():
+                for start in range(0, len(params), 2_000):
+                    engine.job_insert_many(params[start : start + 2_000])
+                started = time.perf_counter()
+                first = engine.job_claim(
+                    JobClaimParams(queue="keyed", client_id=client_id, limit=50)
+                )
+                first_ms = (time.perf_counter() - started) * 1000
+                started = time.perf_counter()
+                for _ in range(5):
+                    engine.job_claim(JobClaimParams(queue="keyed", client_id=client_id, limit=10))
+                each_ms = (time.perf_counter() - started) * 1000 / 5
+                transaction.set_rollback(True)
+        except Exception as exc:  # an engine in flux must not sink the whole run
+            connections.close_all()
+            return {"warning": f"keyed claim probe failed: {exc}"}
+        connections.close_all()
+        return {
+            "blocked": hot,
+            "keys": keys,
+            "claimed": len(first.jobs),
+            "first_ms": round(first_ms, 2),
+            "each_ms": round(each_ms, 2),
+        }
+
     def finalize_probe(self, rounds: int = 15) -> dict[str, Any]:
         """Time hopper's finalize of 10 claimed jobs by itself (rolled back), and its plan.
 
@@ -692,6 +738,8 @@ class Suite:
         hist = size("history", self.scale)
         cases["history_large"] = self.growth_case(f"{hist:,} in history", 0, hist)
         result["growth"] = cases
+        self.reset()
+        result["keyed_claim"] = self.keyed_claim_probe()
         m = size("memory", self.scale)
         self.reset()
         self.seed(queue="bench", n=m)
@@ -931,6 +979,12 @@ def render(engine: str, title: str, r: dict[str, Any]) -> str:
         f"{lat.get('commit_to_claim_median_ms', 0):.1f} ms, claim -> job start "
         f"{lat.get('claim_to_start_median_ms', 0):.1f} ms"
     )
+    keyed = r.get("keyed_claim") or {}
+    if "first_ms" in keyed:
+        lines.append(
+            f"Keyed claim ({keyed['blocked']:,} jobs behind one head, {keyed['keys']:,} keys): "
+            f"first of 50 {keyed['first_ms']:.1f} ms, then {keyed['each_ms']:.1f} ms per 10"
+        )
     lines.append("Cost as the work grows (1 process; ratios to the empty case)")
     base = r["growth"]["empty"]
     for key in ("empty", "waiting_small", "waiting_large", "history_large"):

@@ -1,3 +1,3 @@
 """The process-level controls tests reuse the runtime suite's worker processes."""
 
-from tests.runtime.conftest import processes  # noqa: F401
+from tests.support.runtime import processes  # noqa: F401

@@ -19,8 +19,8 @@ from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import JobInsertOpts, JobInsertParams
 from django_hopper.models import Job, JobHistory
 from django_hopper.queues import pause_queue, resume_queue, set_queue_limits
-from tests.controls.conftest import processes as processes
-from tests.runtime.conftest import Processes
+from tests.support.runtime import Processes
+from tests.support.runtime import processes as processes
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.processes

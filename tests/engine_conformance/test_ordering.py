@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-import time
 from typing import Any
 
 import pytest
@@ -219,13 +218,14 @@ def test_retry_ordering_key__bad_input_is_refused(engine: BaseEngine, db_now: dt
     assert err.value.field == "ordering_key"
 
 
-def test_ordering__claim_cost_grows_with_keys_not_with_jobs_behind_a_head(
+def test_ordering__a_claim_behind_a_long_key_takes_only_heads(
     engine: BaseEngine, db_now: dt.datetime, client_id: int
 ) -> None:
     """10,000 jobs behind one head and 1,000 other keys: a claim takes the heads only.
 
     The hot key's waiting jobs fill the claim's window, so this claim falls back
-    to walking the keys: 1,000 key probes, never the 10,000 blocked jobs.
+    to walking the keys. What that costs is measured by the benchmark
+    (``bench.run``: ``keyed_claim``), not asserted here.
     """
     params = [JobInsertParams(kind="tests.job", queue=Q, ordering_key="hot")] * 10_000
     params += [
@@ -234,18 +234,14 @@ def test_ordering__claim_cost_grows_with_keys_not_with_jobs_behind_a_head(
     for start in range(0, len(params), 2000):
         insert_many(engine, params[start : start + 2000], db_now)
 
-    started = time.perf_counter()
     got = claim(engine, client_id, db_now, queue=Q, limit=50)
-    first = time.perf_counter() - started
     assert len(got) == 50
     assert len({j.ordering_key for j in got}) == 50
 
-    started = time.perf_counter()
-    for _ in range(5):
-        claim(engine, client_id, db_now, queue=Q, limit=10)
-    each = (time.perf_counter() - started) / 5
-    # Walking the 10,000 blocked jobs per claim would not fit; 1,000 key probes do.
-    assert max(first, each) < 0.5, (first, each)
+    later = [j for _ in range(5) for j in claim(engine, client_id, db_now, queue=Q, limit=10)]
+    keys = [j.ordering_key for j in got + later]
+    assert len(later) == 50
+    assert len(set(keys)) == len(keys)  # one job per key: never a second job of a running key
 
 
 def _claim_order(job: JobRow) -> tuple:

@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from django_hopper.engine.base import BaseEngine
 from django_hopper.observability import console
-from tests.runtime.conftest import Processes, insert
+from tests.support.runtime import Processes, insert
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.processes

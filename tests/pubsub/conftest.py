@@ -1,4 +1,4 @@
 """Fixtures of the pub/sub and streams API tests: the runtime suite's workers,
 in-process and real processes."""
 
-from tests.runtime.conftest import make_worker, processes  # noqa: F401
+from tests.support.runtime import make_worker, processes  # noqa: F401

@@ -18,7 +18,7 @@ from django_hopper.exceptions import InvalidJob, NotFound
 from django_hopper.maintenance import StreamPumper, StreamRetentionService, default_services
 from django_hopper.models import StreamEvent as StreamEventModel
 from django_hopper.types import StreamPosition
-from tests.runtime.conftest import get
+from tests.support.runtime import get
 from tests.testapp import jobs
 
 

@@ -1,3 +1,3 @@
 """Fixtures of the resumable tests: worker processes come from the runtime suite."""
 
-from tests.runtime.conftest import processes  # noqa: F401
+from tests.support.runtime import processes  # noqa: F401

@@ -10,7 +10,7 @@ import pytest
 
 from django_hopper.engine.base import BaseEngine
 from django_hopper.models import Job, JobStep
-from tests.runtime.conftest import FINAL, Processes, wait_for
+from tests.support.runtime import FINAL, Processes, wait_for
 from tests.testapp.models import Effect
 from tests.testapp.resumable_jobs import rs_dies, rs_pages
 

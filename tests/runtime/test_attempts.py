@@ -18,7 +18,7 @@ from django_hopper.engine.params import (
 )
 from django_hopper.exceptions import JobFenced
 from django_hopper.retry import backoff
-from tests.runtime.conftest import get, insert, insert_kind
+from tests.support.runtime import get, insert, insert_kind
 from tests.testapp import jobs
 from tests.testapp.models import Effect
 

@@ -10,7 +10,7 @@ import pytest
 
 from django_hopper.engine.base import BaseEngine
 from django_hopper.types import JobRow
-from tests.runtime.conftest import Processes, get, insert, insert_many, wait_for
+from tests.support.runtime import Processes, get, insert, insert_many, wait_for
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.processes

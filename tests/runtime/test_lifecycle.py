@@ -22,7 +22,7 @@ from django_hopper.maintenance import (
 from django_hopper.models import Client
 from django_hopper.worker import Worker, WorkerConfig
 from tests.factories import aware_utc
-from tests.runtime.conftest import get, insert, insert_many, wait_for
+from tests.support.runtime import get, insert, insert_many, wait_for
 from tests.testapp import jobs
 from tests.testapp.models import Effect
 

@@ -16,7 +16,7 @@ from django.db import connection
 
 import django_hopper
 from django_hopper.models import Client
-from tests.runtime.conftest import get, insert, wait_for
+from tests.support.runtime import get, insert, wait_for
 from tests.testapp import jobs
 from tests.testapp.models import Effect
 

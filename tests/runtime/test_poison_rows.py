@@ -10,7 +10,7 @@ from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import JobListParams
 from django_hopper.types import JobRow, RescueReason
 from tests.engine_conformance.support import store_raw
-from tests.runtime.conftest import Processes, get, insert, insert_many, wait_for
+from tests.support.runtime import Processes, get, insert, insert_many, wait_for
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.processes

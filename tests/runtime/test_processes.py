@@ -16,7 +16,7 @@ from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import JobListParams
 from django_hopper.maintenance import Rescuer
 from django_hopper.models import Client
-from tests.runtime.conftest import FINAL, Processes, get, insert, insert_many, wait_for
+from tests.support.runtime import FINAL, Processes, get, insert, insert_many, wait_for
 from tests.testapp import jobs
 from tests.testapp.models import Effect
 

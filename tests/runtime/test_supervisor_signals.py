@@ -13,7 +13,7 @@ import pytest
 
 from django_hopper.engine.base import BaseEngine
 from django_hopper.models import Client
-from tests.runtime.conftest import ROOT, Processes, get, insert, wait_for
+from tests.support.runtime import ROOT, Processes, get, insert, wait_for
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.processes

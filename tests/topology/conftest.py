@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from tests.pgbouncer import Bouncer, binary
-from tests.runtime.conftest import Processes, processes  # noqa: F401  (the fixture)
+from tests.support.runtime import Processes, processes  # noqa: F401  (the fixture)
 
 POSTGRES = os.environ.get("HOPPER_TEST_DATABASE", "sqlite") == "postgres"
 

@@ -18,7 +18,7 @@ from django.test import override_settings
 
 import django_hopper
 from django_hopper.engine import get_engine
-from tests.runtime.conftest import Processes, wait_for
+from tests.support.runtime import Processes, wait_for
 from tests.testapp import jobs
 from tests.topology.conftest import POSTGRES
 

@@ -20,7 +20,7 @@ from django.db import connection, connections
 from django_hopper.engine import get_engine
 from django_hopper.engine.base import BaseEngine
 from django_hopper.models import Client
-from tests.runtime.conftest import FINAL, get, insert_many, wait_for
+from tests.support.runtime import FINAL, get, insert_many, wait_for
 from tests.testapp import jobs
 from tests.testapp.models import Effect
 from tests.topology.conftest import requires_postgres

@@ -27,7 +27,7 @@ import pytest
 from psycopg import sql
 
 from django_hopper import migrations as hopper_migrations
-from tests.runtime.conftest import ROOT
+from tests.support.runtime import ROOT
 from tests.topology.conftest import requires_postgres
 
 pytestmark = [pytest.mark.processes, requires_postgres]

@@ -19,7 +19,7 @@ from django.db import connection
 from django_hopper.engine.base import BaseEngine
 from django_hopper.models import Client
 from tests.pgbouncer import Bouncer
-from tests.runtime.conftest import ROOT, get, insert_many, wait_for
+from tests.support.runtime import ROOT, get, insert_many, wait_for
 from tests.testapp import jobs
 from tests.topology.conftest import BouncedProcesses, requires_postgres
 

@@ -1,5 +1,5 @@
 """Fixtures of the process-level workflow tests: the runtime suite's worker processes."""
 
-from tests.runtime.conftest import Processes, make_worker, processes  # noqa: F401
+from tests.support.runtime import Processes, make_worker, processes  # noqa: F401
 
 __all__ = ["Processes"]

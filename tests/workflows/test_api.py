@@ -13,7 +13,7 @@ from django_hopper.engine.base import BaseEngine
 from django_hopper.exceptions import InvalidJob, JobFailed, NotFound
 from django_hopper.models import Batch as BatchModel
 from django_hopper.models import Job
-from tests.runtime.conftest import Processes
+from tests.support.runtime import Processes
 from tests.testapp import jobs
 
 Q = "wfapi"

@@ -13,7 +13,7 @@ import pytest
 from django_hopper import Batch, Workflow, get_batch, get_workflow
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import JobListParams
-from tests.runtime.conftest import FINAL, Processes
+from tests.support.runtime import FINAL, Processes
 from tests.testapp import jobs
 from tests.testapp.models import Effect
 
