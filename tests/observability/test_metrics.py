@@ -16,7 +16,7 @@ from django.urls import path
 from django_hopper import queues
 from django_hopper.observability import metrics
 from django_hopper.observability.views import metrics as metrics_view
-from tests.runtime.conftest import Processes, wait_for
+from tests.support.runtime import Processes, wait_for
 from tests.testapp import jobs
 
 prometheus_client = pytest.importorskip("prometheus_client")
