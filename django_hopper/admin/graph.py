@@ -108,7 +108,7 @@ def dag_svg(wf: WorkflowRow) -> SafeString:
 
 
 def bar_chart(
-    ok: Sequence[int], bad: Sequence[int], width: int = 240, height: int = 36, label: str = ""
+    ok: Sequence[int], bad: Sequence[int], width: int = 150, height: int = 30, label: str = ""
 ) -> SafeString:
     """Draw per-interval counts as stacked bars (finished fine below, failed on top)."""
     buckets = max(len(ok), len(bad), 1)

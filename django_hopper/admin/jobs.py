@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -45,11 +46,10 @@ class JobAdminBase(FieldsetsViewAdmin):
     """What the live and the history job admins share."""
 
     list_display: tuple[str, ...] = (
-        "id",
-        "kind",
+        "job_id",
+        "kind_text",
         "queue",
         "state",
-        "priority",
         "attempts",
         "scheduled",
         "attempted",
@@ -61,7 +61,7 @@ class JobAdminBase(FieldsetsViewAdmin):
     )
     ordering = ("-id",)  # UUIDv7: newest first
     #: Sort only by ID (creation order): every other sort would read the whole table.
-    sortable_by = ("id",)
+    sortable_by = ("job_id",)
     list_per_page = 50
     #: The query parameters a page may filter by: each served by an index.
     FILTER_PARAMS = frozenset({"state", "queue", "kind", "batch_id", "attempted_by"})
@@ -137,7 +137,24 @@ class JobAdminBase(FieldsetsViewAdmin):
 
     # -- columns and fields -----------------------------------------------
 
-    @admin.display(description="attempts")
+    @admin.display(description="ID", ordering="id")
+    def job_id(self, obj: Job | JobHistory) -> SafeString:
+        """Show an ID short enough for one line: its first 8 and last 4 digits, the whole on hover.
+
+        The first digits are the creation time (UUIDv7), the last are random;
+        search takes the whole ID, which the job's page shows.
+        """
+        text = str(obj.id)
+        return format_html('<span title="{}">{}&hellip;{}</span>', text, text[:8], text[-4:])
+
+    @admin.display(description="kind")
+    def kind_text(self, obj: Job | JobHistory) -> SafeString:
+        """Show the kind, breakable after each dot so the column stays narrow."""
+        return format_html_join(
+            mark_safe(".<wbr>"), "{}", ((part,) for part in obj.kind.split("."))
+        )
+
+    @admin.display(description="tries")
     def attempts(self, obj: Job | JobHistory) -> str:
         return f"{obj.attempt}/{obj.max_attempts}"
 
@@ -243,24 +260,25 @@ class JobAdminBase(FieldsetsViewAdmin):
         start and client are on the row; durations are between those times.
         """
         entries = [AttemptError.from_json(e) for e in (obj.errors or []) if isinstance(e, dict)]
-        rows: list[tuple[str, str, str]] = [
-            (time_text(obj.created_at), "enqueued", f"scheduled for {time_text(obj.scheduled_at)}")
+        events: list[tuple[dt.datetime | None, int, str, str]] = [
+            (obj.created_at, 0, "enqueued", f"scheduled for {time_text(obj.scheduled_at)}")
         ]
         for e in entries:
             what = f"attempt {e.attempt} ended: {e.rescue or 'failed'}"
-            rows.append((time_text(e.at), what, e.error.splitlines()[0] if e.error else ""))
+            events.append((e.at, 2, what, e.error.splitlines()[0] if e.error else ""))
         if obj.attempted_at is not None:
             by = f"by client {obj.attempted_by}" if obj.attempted_by else ""
             wait = obj.attempted_at - obj.scheduled_at
             waited = f", {seconds_text(wait)} after its scheduled time" if wait.days >= 0 else ""
-            rows.append(
-                (time_text(obj.attempted_at), f"attempt {obj.attempt} started", by + waited)
-            )
+            started = f"attempt {obj.attempt} started"
+            events.append((obj.attempted_at, 1, started, by + waited))
         finalized = getattr(obj, "finalized_at", None)
         if finalized is not None:
             ran = f"ran {seconds_text(finalized - obj.attempted_at)}" if obj.attempted_at else ""
-            rows.append((time_text(finalized), obj.state, ran))
-        rows.sort(key=lambda r: r[0])
+            events.append((finalized, 3, obj.state, ran))
+        # By time; at the same instant, an attempt starts before it ends.
+        events.sort(key=lambda ev: (ev[0] is None, ev[0] or obj.created_at, ev[1]))
+        rows = [(time_text(at), what, note) for at, _, what, note in events]
         body = format_html_join(
             "", '<tr><td class="nowrap">{}</td><td>{}</td><td>{}</td></tr>', rows
         )
@@ -389,11 +407,10 @@ class JobHistoryAdmin(JobAdminBase):
     """Finished jobs: completed, canceled and discarded."""
 
     list_display = (
-        "id",
-        "kind",
+        "job_id",
+        "kind_text",
         "queue",
         "state",
-        "priority",
         "attempts",
         "scheduled",
         "finalized",

@@ -57,15 +57,17 @@ class QueueLine:
     @property
     def chart(self) -> SafeString:
         label = f"{self.name}: {self.completed_total} completed, {self.failed_total} failed"
-        return bar_chart(self.completed, self.failed, label=label + " in the last hour")
+        return bar_chart(self.completed, self.failed, width=122, label=label + " in the last hour")
 
     @property
     def oldest(self) -> str:
-        return seconds_text(self.depths.oldest_available) if self.depths.available else "-"
+        if not self.depths.available:
+            return "-"
+        return seconds_text(round(self.depths.oldest_available.total_seconds(), 1))
 
     @property
     def pickup_text(self) -> str:
-        return seconds_text(round(self.pickup.total_seconds(), 3)) if self.pickup else "-"
+        return seconds_text(round(self.pickup.total_seconds(), 2)) if self.pickup else "-"
 
 
 def limits_text(queue: Queue | None) -> str:

@@ -128,7 +128,7 @@ def test_job_list__a_filter_no_index_serves_is_refused_not_a_server_error(
 def test_job_list__sorts_only_by_id(admin_client: HttpClient) -> None:
     enqueue(2)
     body, _ = page(admin_client, reverse("admin:django_hopper_job_changelist"))
-    assert "sortable column-id" in body
+    assert "sortable column-job_id" in body
     assert "sortable column-queue" not in body and "sortable column-kind" not in body
 
 
