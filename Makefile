@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-django6 lint typecheck check bench clean
+.PHONY: demo test test-django6 lint typecheck check bench bench-admin clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ check: lint typecheck
 
 bench: $(VENV)/.installed
 	PY=$(PY) scripts/bench
+
+# The admin at 1,000,000 history rows and 100,000 live jobs (PostgreSQL, its own database).
+bench-admin: $(VENV)/.installed
+	$(PY) -m bench.admin
 
 clean:
 	rm -rf $(VENV) .venv313 .pgdata .test-*.sqlite3* example_project/db.sqlite3*
