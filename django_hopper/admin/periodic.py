@@ -8,6 +8,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from django_hopper.admin.common import (
@@ -21,12 +22,15 @@ from django_hopper.admin.common import (
     row_extra,
     seconds_text,
     time_column,
+    time_text,
 )
+from django_hopper.exceptions import InvalidJob
 from django_hopper.models import (
     Client,
     PeriodicRegistration,
     PeriodicSlot,
 )
+from django_hopper.periodic import Schedule
 
 
 def _schedule_text(definition: Any) -> str:
@@ -44,11 +48,20 @@ def _schedule_text(definition: Any) -> str:
 class PeriodicRegistrationAdmin(ReadOnlyAdmin):
     """Periodic jobs as the live clients declare them; the leader inserts from these."""
 
-    list_display = ("name", "schedule", "kind", "client", "short_digest", "registered")
+    list_display = ("name", "schedule", "next_run", "kind", "client", "short_digest", "registered")
     list_filter = ("name",)
     search_fields = ("name",)
     ordering = ("name", "client_id")
-    fields = ("name", "schedule", "kind", "client", "digest", "registered", "definition_pretty")
+    fields = (
+        "name",
+        "schedule",
+        "next_run",
+        "kind",
+        "client",
+        "digest",
+        "registered",
+        "definition_pretty",
+    )
     readonly_fields = fields
 
     registered = time_column("registered_at", "registered at")
@@ -61,6 +74,18 @@ class PeriodicRegistrationAdmin(ReadOnlyAdmin):
     @admin.display(description="schedule")
     def schedule(self, obj: PeriodicRegistration) -> str:
         return _schedule_text(obj.definition)
+
+    @admin.display(description="next run")
+    def next_run(self, obj: PeriodicRegistration) -> str:
+        """Show the next slot of the schedule after now (the leader inserts it when due)."""
+        definition = obj.definition if isinstance(obj.definition, dict) else {}
+        try:
+            schedule = Schedule.parse(
+                definition.get("cron"), definition.get("every"), definition.get("tz")
+            )
+        except InvalidJob:
+            return EMPTY
+        return time_text(schedule.next_after(timezone.now()))
 
     @admin.display(description="kind")
     def kind(self, obj: PeriodicRegistration) -> str:

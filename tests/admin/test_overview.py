@@ -88,3 +88,22 @@ def test_overview__needs_the_queue_view_permission(db: None, django_user_model: 
 def test_app_index__links_the_overview(admin_client: HttpClient) -> None:
     body = admin_client.get(reverse("admin:app_list", args=["django_hopper"])).content.decode()
     assert reverse(URL) in body
+
+
+def test_periodic_registrations__show_the_next_run_of_the_schedule(
+    admin_client: HttpClient, engine: BaseEngine
+) -> None:
+    from django.utils.timezone import localtime, now
+
+    from django_hopper.engine.params import PeriodicRegisterParams
+    from django_hopper.periodic import define_periodic
+
+    client = engine.client_register(ClientRegisterParams(hostname="web-1", ttl=dt.timedelta(1)))
+    often = define_periodic(testjobs.noop, every=3600, name="hourly")
+    e: Any = engine
+    e.periodic_register(PeriodicRegisterParams(client, [often.registration()]))
+    body = admin_client.get(
+        reverse("admin:django_hopper_periodicregistration_changelist")
+    ).content.decode()
+    expected = (now() + dt.timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
+    assert localtime(expected).strftime("%Y-%m-%d %H:%M:%S") in body
