@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from django_hopper.exceptions import InvalidJob, NotFound
+from django_hopper.types import JobState
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -74,13 +75,13 @@ def cancel_job(job_id: uuid.UUID | str) -> JobRow:
     jid = parse_job_id(job_id)
     before = engine.job_get(jid)
     row = engine.job_cancel(JobCancelParams(id=jid))
-    if before is not None and before.state in _WAITING and row.state == "canceled":
+    if before is not None and before.state in _WAITING and row.state == JobState.CANCELED:
         _announce_ending(row, engine.alias)
     return row
 
 
 #: States in which a cancel ends the job at once (no attempt runs).
-_WAITING = frozenset({"available", "scheduled", "retryable", "pending"})
+_WAITING = frozenset({JobState.AVAILABLE, JobState.SCHEDULED, JobState.RETRYABLE, JobState.PENDING})
 
 
 def _announce_ending(row: JobRow, alias: str) -> None:
@@ -160,7 +161,7 @@ def cancel_jobs(job_ids: Iterable[uuid.UUID | str]) -> JobManyResult:
 
     engine = _engine()
     result = engine.job_cancel_many(JobCancelManyParams(ids=_ids(job_ids)))
-    ended = [j for j in result.jobs if j.state == "canceled"]
+    ended = [j for j in result.jobs if j.state == JobState.CANCELED]
     if ended:
         _announce_endings(ended, engine.alias)
     return result

@@ -38,7 +38,7 @@ from django_hopper.engine.queries import COL
 from django_hopper.engine.rules import rescued_state
 from django_hopper.exceptions import JobNotClaimable
 from django_hopper.retry import backoff
-from django_hopper.types import AttemptError, JobID, JobRow, Progress, RescueReason
+from django_hopper.types import AttemptError, JobID, JobRow, JobState, Progress, RescueReason
 
 logger = logging.getLogger("django_hopper.engine")
 
@@ -166,7 +166,7 @@ def _strict(r: Sequence[Any], c: Codec) -> JobRow:
         cancel_requested_at=tm(r[COL.cancel_requested_at]),
         lease_expires_at=tm(r[COL.lease_expires_at]),
         awaited=bool(r[COL.awaited]),
-        snooze_reason=r[COL.snooze_reason] if state == "scheduled" else None,
+        snooze_reason=r[COL.snooze_reason] if state == JobState.SCHEDULED else None,
         progress=None if progress is None else _progress(js(progress)),
         finalized_at=tm(r[COL.finalized_at]),
         output=None if output is None else js(output),
@@ -225,7 +225,7 @@ def _tolerant(r: Sequence[Any], c: Codec) -> JobRow:
         cancel_requested_at=time("cancel_requested_at"),
         lease_expires_at=time("lease_expires_at"),
         awaited=bool(r[COL.awaited]),
-        snooze_reason=r[COL.snooze_reason] if state == "scheduled" else None,
+        snooze_reason=r[COL.snooze_reason] if state == JobState.SCHEDULED else None,
         progress=field("progress", opt_json(_progress), None),
         finalized_at=time("finalized_at"),
         output=field("output", opt_json(_same), None),
@@ -253,7 +253,7 @@ def undecodable_result(job: JobRow, lease_token: JobID | None = None) -> JobFina
         lease_token=lease_token,
         fence=job.fence,
         state=state,
-        delay=backoff(job.attempt) if state == "retryable" else dt.timedelta(0),
+        delay=backoff(job.attempt) if state == JobState.RETRYABLE else dt.timedelta(0),
         error=AttemptError(
             at=None,
             attempt=job.attempt,

@@ -21,7 +21,7 @@ from django_hopper.engine.params import (
 )
 from django_hopper.engine.rules import rescued_state
 from django_hopper.retry import backoff
-from django_hopper.types import AttemptError, RescueReason
+from django_hopper.types import AttemptError, JobState, RescueReason
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -95,7 +95,7 @@ class Rescuer(Service):
             attempted_by=job.attempted_by,
             fence=job.fence,
             state=state,
-            delay=backoff(job.attempt) if state == "retryable" else dt.timedelta(0),
+            delay=backoff(job.attempt) if state == JobState.RETRYABLE else dt.timedelta(0),
             error=error,
         )
 
@@ -119,7 +119,7 @@ class Rescuer(Service):
         ended = [
             _ended_row(c.job, f, now)
             for c, f in zip(candidates, finals, strict=True)
-            if (f.id, f.fence) in done and f.state in ("canceled", "discarded")
+            if (f.id, f.fence) in done and f.state in (JobState.CANCELED, JobState.DISCARDED)
         ]
         announce_endings(ended)
         if signals.jobs_rescued.receivers:
@@ -162,7 +162,9 @@ def announce_endings(rows: Sequence[JobRow]) -> None:
     sends ``task_finished`` from one) run in the leader's process; one that
     raises is logged and never stops the service. Free without receivers.
     """
-    ended = [r for r in rows if r.state in ("completed", "canceled", "discarded")]
+    ended = [
+        r for r in rows if r.state in (JobState.COMPLETED, JobState.CANCELED, JobState.DISCARDED)
+    ]
     if ended:
         signals.send_logged(signals.jobs_ended, jobs=ended)
 

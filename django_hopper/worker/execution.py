@@ -42,7 +42,7 @@ from django_hopper.context import JobContext, JobSnooze
 from django_hopper.engine.params import JobFinalize
 from django_hopper.exceptions import InvalidJob, JobCanceled, JobFenced
 from django_hopper.retry import backoff
-from django_hopper.types import AttemptError, RescueReason
+from django_hopper.types import AttemptError, JobState, RescueReason
 from django_hopper.worker.db import close_thread_connections
 from django_hopper.worker.logs import JobLogger, job_logger
 from django_hopper.worker.logs import logger as _logger
@@ -73,7 +73,7 @@ def completed(
         id=job.id,
         attempted_by=job.attempted_by,
         fence=job.fence,
-        state="completed",
+        state=JobState.COMPLETED,
         output=output,
         log=log,
         archive=_archive(fn),
@@ -98,7 +98,7 @@ def failed(
             id=job.id,
             attempted_by=job.attempted_by,
             fence=job.fence,
-            state="discarded",
+            state=JobState.DISCARDED,
             error=err,
             log=log,
         )
@@ -106,7 +106,7 @@ def failed(
         id=job.id,
         attempted_by=job.attempted_by,
         fence=job.fence,
-        state="retryable",
+        state=JobState.RETRYABLE,
         delay=backoff(job.attempt),
         error=err,
         log=log,
@@ -119,7 +119,7 @@ def snoozed(job: JobRow, snooze: JobSnooze, log: str | None = None) -> JobFinali
         id=job.id,
         attempted_by=job.attempted_by,
         fence=job.fence,
-        state="scheduled",
+        state=JobState.SCHEDULED,
         delay=snooze.delay,
         snooze=True,
         snooze_reason=snooze.reason or None,
@@ -141,7 +141,7 @@ def canceled(job: JobRow, log: str | None = None, error: str = "canceled") -> Jo
         id=job.id,
         attempted_by=job.attempted_by,
         fence=job.fence,
-        state="canceled",
+        state=JobState.CANCELED,
         error=err,
         log=log,
     )
@@ -157,7 +157,11 @@ def unknown_kind(job: JobRow, error: str) -> JobFinalize:
         at=None, attempt=job.attempt, error=error, fence=job.fence, by=job.attempted_by
     )
     return JobFinalize(
-        id=job.id, attempted_by=job.attempted_by, fence=job.fence, state="discarded", error=err
+        id=job.id,
+        attempted_by=job.attempted_by,
+        fence=job.fence,
+        state=JobState.DISCARDED,
+        error=err,
     )
 
 
@@ -421,7 +425,7 @@ class Executor:
                     job=ex.job,
                     state=result.state,
                     error=ex.exception,
-                    output=result.output if result.state == "completed" else None,
+                    output=result.output if result.state == JobState.COMPLETED else None,
                 )
             decided: JobFinalize | None = result
         else:

@@ -56,6 +56,7 @@ from django_hopper.types import (
     ControlMessage,
     JobID,
     JobRow,
+    JobState,
     Progress,
 )
 
@@ -249,7 +250,7 @@ class JobsMixin(PostgresSupport):
     def _notify_inserted(self, results: Sequence[JobInsertResult]) -> None:
         """Wake the workers of each queue that got a new available job (at commit)."""
         queues = sorted(
-            {r.job.queue for r in results if not r.duplicate and r.job.state == "available"}
+            {r.job.queue for r in results if not r.duplicate and r.job.state == JobState.AVAILABLE}
         )
         if queues:
             self.notify(CHANNEL_INSERT, queues)
@@ -269,7 +270,7 @@ class JobsMixin(PostgresSupport):
                 copy.set_types(_COPY_TYPES)
                 for job_id, p in zip(ids, params, strict=True):
                     scheduled_at = p.scheduled_at or now
-                    state = "scheduled" if scheduled_at > now else "available"
+                    state = JobState.SCHEDULED if scheduled_at > now else JobState.AVAILABLE
                     expires_at = now + p.ttl if p.ttl else None
                     tags = list(p.tags)
                     copy.write_row(
@@ -347,7 +348,7 @@ class JobsMixin(PostgresSupport):
                 seen.add((f.id, f.fence))
                 results.append(f)
         if params.no_batches and all(
-            f.state == "completed"
+            f.state == JobState.COMPLETED
             and f.archive
             and f.log is None
             and f.error is None
@@ -381,7 +382,7 @@ class JobsMixin(PostgresSupport):
             "done_channel": CHANNEL_DONE,
             "has_logs": any(f.log is not None for f in results),
             "has_snooze": any(f.snooze for f in results),
-            "has_dropped": any(f.state == "completed" and not f.archive for f in results),
+            "has_dropped": any(f.state == JobState.COMPLETED and not f.archive for f in results),
             "trim_logs": keep_logs > 0 and any(f.log is not None for f in results),
             "keep_logs": keep_logs,
             # Batch and workflow bookkeeping (issue 5); skipped when no job has a batch.
@@ -459,12 +460,12 @@ class JobsMixin(PostgresSupport):
             row = self._fetchone("job_cancel", {"id": params.id, "now": params.now})
             if row is not None:
                 job = job_from_row(row)
-                if job.state == "running":
+                if job.state == JobState.RUNNING:
                     payload = ControlMessage.cancel(job.id).payload()
                     self.notify(CHANNEL_CONTROL, [payload])
                 elif job.awaited:
                     self.notify(CHANNEL_DONE, [str(job.id)])
-                if job.state != "running":
+                if job.state != JobState.RUNNING:
                     jobs_finished(self, [job])
         if row is None:
             found = self.job_get(params.id)
@@ -480,7 +481,7 @@ class JobsMixin(PostgresSupport):
         error: Exception | None = None
         with db_errors(), self._atomic():
             lock = self._fetchone("job_retry.lock", {"id": params.id})
-            if lock is not None and lock[0] == "running":
+            if lock is not None and lock[0] == JobState.RUNNING:
                 error = JobRunning(f"job {params.id} is running; cancel it first")
             elif lock is not None:
                 row = self._fetchone("job_retry", values)
@@ -495,7 +496,7 @@ class JobsMixin(PostgresSupport):
                     )
                 else:
                     job = job_from_row(row[1 : 1 + JOB_WIDTH])
-            if job is not None and job.state == "available":
+            if job is not None and job.state == JobState.AVAILABLE:
                 self.notify(CHANNEL_INSERT, [job.queue])
         if error is not None:
             raise error
@@ -512,7 +513,7 @@ class JobsMixin(PostgresSupport):
                 self.notify(CHANNEL_DONE, [str(job.id)])
             if job is not None and job.is_live:
                 # Deleted while waiting: counted as canceled, as JobCancel would.
-                jobs_finished(self, [dataclasses.replace(job, state="canceled")])
+                jobs_finished(self, [dataclasses.replace(job, state=JobState.CANCELED)])
         if job is None:
             if self.job_get(params.id) is not None:
                 raise JobRunning(f"job {params.id} is running; cancel it first")

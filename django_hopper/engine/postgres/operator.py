@@ -29,6 +29,7 @@ from django_hopper.types import (
     JobManyResult,
     JobOutcome,
     JobRow,
+    JobState,
 )
 
 
@@ -57,8 +58,8 @@ class OperatorMixin(PostgresSupport):
                 job_from_row(r)
                 for r in self._fetchall("job_cancel_many", {"ids": ids, "now": params.now})
             ]
-            running = [j for j in jobs if j.state == "running"]
-            ended = [j for j in jobs if j.state != "running"]
+            running = [j for j in jobs if j.state == JobState.RUNNING]
+            ended = [j for j in jobs if j.state != JobState.RUNNING]
             if running:
                 self.notify(
                     CHANNEL_CONTROL,
@@ -73,7 +74,7 @@ class OperatorMixin(PostgresSupport):
         outcomes: dict[JobID, str] = {}
         for i in ids:
             if i in changed:
-                running_now = changed[i].state == "running"
+                running_now = changed[i].state == JobState.RUNNING
                 outcomes[i] = JobOutcome.CANCEL_REQUESTED if running_now else JobOutcome.CANCELED
             else:
                 outcomes[i] = JobOutcome.FINISHED if i in where else JobOutcome.NOT_FOUND
@@ -89,7 +90,7 @@ class OperatorMixin(PostgresSupport):
         jobs: list[JobRow] = []
         with db_errors(), self._atomic():
             live = dict(self._fetchall("job_retry_many.lock", {"ids": ids}))
-            waiting = [i for i, state in live.items() if state != "running"]
+            waiting = [i for i, state in live.items() if state != JobState.RUNNING]
             if waiting:
                 rows = self._fetchall("job_retry_many", {"ids": waiting, **values})
                 jobs += [job_from_row(r) for r in rows]
@@ -100,14 +101,14 @@ class OperatorMixin(PostgresSupport):
                         outcomes[row[0]] = JobOutcome.UNIQUE_CONFLICT
                     else:
                         jobs.append(job_from_row(row[1 : 1 + JOB_WIDTH]))
-            woken = sorted({j.queue for j in jobs if j.state == "available"})
+            woken = sorted({j.queue for j in jobs if j.state == JobState.AVAILABLE})
             if woken:
                 self.notify(CHANNEL_INSERT, woken)
         retried = {j.id for j in jobs}
         for i in ids:
             if i in retried:
                 outcomes[i] = JobOutcome.RETRIED
-            elif live.get(i) == "running":
+            elif live.get(i) == JobState.RUNNING:
                 outcomes[i] = JobOutcome.RUNNING
             else:
                 outcomes.setdefault(i, JobOutcome.NOT_FOUND)
@@ -128,12 +129,12 @@ class OperatorMixin(PostgresSupport):
             if awaited:
                 self.notify(CHANNEL_DONE, awaited)
             # Deleted while waiting: counted as canceled, as job_delete does.
-            jobs_finished(self, [dataclasses.replace(j, state="canceled") for j in waiting])
+            jobs_finished(self, [dataclasses.replace(j, state=JobState.CANCELED) for j in waiting])
             where = self._where([i for i in ids if i not in deleted])
         outcomes = {
             i: JobOutcome.DELETED
             if i in deleted
-            else (JobOutcome.RUNNING if where.get(i) == "running" else JobOutcome.NOT_FOUND)
+            else (JobOutcome.RUNNING if where.get(i) == JobState.RUNNING else JobOutcome.NOT_FOUND)
             for i in ids
         }
         return JobManyResult(outcomes=outcomes, jobs=list(deleted.values()))

@@ -38,6 +38,7 @@ from django_hopper.types import (
     JobEdge,
     JobID,
     JobRow,
+    JobState,
     WorkflowRow,
 )
 
@@ -84,7 +85,7 @@ class WorkflowsMixin(PostgresSupport):
                 job.step = steps[i]
                 results.append(JobInsertResult(job))
             if params.notify:
-                queues = sorted({r.job.queue for r in results if r.job.state == "available"})
+                queues = sorted({r.job.queue for r in results if r.job.state == JobState.AVAILABLE})
                 if queues:
                     self.notify(CHANNEL_INSERT, queues)
         return WorkflowInsertResult(id=batch_id, jobs=results)

@@ -66,12 +66,13 @@ from django_hopper.types import (
     ControlMessage,
     JobID,
     JobRow,
+    JobState,
     Progress,
 )
 
 _FINAL = frozenset(FINAL_STATES)
 _LIVE = frozenset(LIVE_STATES)
-_STAY_LIVE = frozenset(("retryable", "scheduled"))
+_STAY_LIVE = frozenset((JobState.RETRYABLE, JobState.SCHEDULED))
 _ALL_STATES = _FINAL | _LIVE
 _DEFAULT_OPTS = JobInsertOpts()
 
@@ -137,7 +138,7 @@ class JobsMixin(SQLiteSupport):
             else:
                 sched_s = db_time(p.scheduled_at, "scheduled_at")
                 sched = p.scheduled_at
-            state = "scheduled" if sched_s > now_s else "available"
+            state = JobState.SCHEDULED if sched_s > now_s else JobState.AVAILABLE
             expires = None
             if p.ttl is not None:
                 expires = now + p.ttl
@@ -213,7 +214,7 @@ class JobsMixin(SQLiteSupport):
                 {
                     r.job.queue
                     for r in results
-                    if r and not r.duplicate and r.job.state == "available"
+                    if r and not r.duplicate and r.job.state == JobState.AVAILABLE
                 }
             )
             if queues:
@@ -391,14 +392,14 @@ class JobsMixin(SQLiteSupport):
             applied.add(key)
             f = by_key[key]
             if batch_id is not None and not params.no_batches:
-                state = f.state if f.state in _FINAL else "canceled"  # cancel wins
+                state = f.state if f.state in _FINAL else JobState.CANCELED  # cancel wins
                 output = dumps(f.output, "output") if f.output is not None else None
                 finished.append([job_id, batch_id, step, state, output])
-            if f.state == "completed" and not f.archive:
+            if f.state == JobState.COMPLETED and not f.archive:
                 dropped.append(job_id)
             elif awaited:
                 done.append(str(f.id))
-            if f.log is not None and not (f.state == "completed" and not f.archive):
+            if f.log is not None and not (f.state == JobState.COMPLETED and not f.archive):
                 logs.append([job_id, attempt, 0, f.log])
         snoozes: list[list[Any]] = []
         for job_id, fence, attempt in stayed:
@@ -565,7 +566,7 @@ class JobsMixin(SQLiteSupport):
             row = c.fetchone()
             if row is None:
                 problem = NotFound(f"job {params.id} does not exist")
-            elif row[COL.state] == "running":
+            elif row[COL.state] == JobState.RUNNING:
                 problem = JobRunning(f"job {params.id} is running; cancel it first")
             elif row[COL.state] in _FINAL:
                 c.execute(Q["job_retry"], args)
@@ -613,7 +614,7 @@ class JobsMixin(SQLiteSupport):
                     from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
 
                     waiting = job_from_row(row)
-                    waiting.state = "canceled"
+                    waiting.state = JobState.CANCELED
                     jobs_finished(self, c, finished_of([waiting]), None)
         if problem is not None:
             raise problem

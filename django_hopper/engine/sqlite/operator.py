@@ -30,6 +30,7 @@ from django_hopper.types import (
     JobManyResult,
     JobOutcome,
     JobRow,
+    JobState,
 )
 
 
@@ -115,7 +116,7 @@ class OperatorMixin(SQLiteSupport):
             was, now_row = before.get(i), after.get(i)
             if was is None:
                 outcomes[i] = JobOutcome.NOT_FOUND
-            elif was.state == "running":
+            elif was.state == JobState.RUNNING:
                 outcomes[i] = JobOutcome.RUNNING
             elif i in woken or (now_row is not None and now_row.is_live):
                 outcomes[i] = JobOutcome.RETRIED
@@ -150,7 +151,7 @@ class OperatorMixin(SQLiteSupport):
                 c.execute(Q["job_delete_many.steps"], {"ids": _json_ids(list(deleted))})
             # Deleted while waiting: counted as canceled, as job_delete does.
             for job in waiting:
-                job.state = "canceled"
+                job.state = JobState.CANCELED
             jobs_finished(self, c, finished_of(waiting), None)
             left = self._rows(c, [i for i in ids if i not in deleted])
         awaited = [str(j.id) for j in waiting if j.awaited]

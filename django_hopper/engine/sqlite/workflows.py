@@ -38,6 +38,7 @@ from django_hopper.types import (
     JobEdge,
     JobID,
     JobRow,
+    JobState,
     WorkflowRow,
 )
 
@@ -64,7 +65,11 @@ class WorkflowsMixin(SQLiteSupport):
             job_id = p.id or new_id()
             sched = p.scheduled_at or now
             sched_s = db_time(sched, "scheduled_at")
-            state = "pending" if pending[i] else ("scheduled" if sched_s > now_s else "available")
+            state = (
+                JobState.PENDING
+                if pending[i]
+                else (JobState.SCHEDULED if sched_s > now_s else JobState.AVAILABLE)
+            )
             expires = now + p.ttl if p.ttl is not None else None
             tags = list(p.tags)
             rows.append(
@@ -118,7 +123,7 @@ class WorkflowsMixin(SQLiteSupport):
                     {"edges": json.dumps(edges), "batch_id": batch_id.hex},
                 )
         if params.notify:
-            queues = sorted({r.job.queue for r in results if r.job.state == "available"})
+            queues = sorted({r.job.queue for r in results if r.job.state == JobState.AVAILABLE})
             if queues:
                 self.notify(CHANNEL_INSERT, queues)
         return WorkflowInsertResult(id=batch_id, jobs=results)
@@ -183,7 +188,11 @@ def promote(engine: SQLiteSupport, c: Any, params: WorkflowPromoteParams) -> Wor
             result.last = uuid.UUID(cands[-1][0]) if cands else None
         first = False
         ready = [r[0] for r in cands if r[1] and r[2] is None]
-        fails = [[r[0], "canceled" if r[2] == 1 else "discarded"] for r in cands if r[1] and r[2]]
+        fails = [
+            [r[0], JobState.CANCELED if r[2] == 1 else JobState.DISCARDED]
+            for r in cands
+            if r[1] and r[2]
+        ]
         if ready:
             c.execute(Q["workflow_promote_ready.promote"], {"ids": json.dumps(ready), "now": now_s})
             queues.update(r[0] for r in c.fetchall())
