@@ -24,9 +24,7 @@ class FakeConnections:
 def test_an_unsupported_database_vendor_raises_improperly_configured(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import django.db
-
-    monkeypatch.setattr(django.db, "connections", FakeConnections())
+    monkeypatch.setattr(engine_module, "connections", FakeConnections())
     monkeypatch.setattr(engine_module, "_engines", {})
     with pytest.raises(ImproperlyConfigured, match=r"supports PostgreSQL and SQLite.*'mysql'"):
         get_engine("legacy")

@@ -6,8 +6,10 @@ from __future__ import annotations
 import threading
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
 from django.utils.module_loading import import_string
 
+from django_hopper.conf import hopper_settings
 from django_hopper.engine.base import BaseEngine
 
 #: Vendor -> engine class path. The only vendor mapping in hopper.
@@ -23,8 +25,6 @@ _lock = threading.Lock()
 def get_engine(alias: str | None = None) -> BaseEngine:
     """Return the engine of a database alias (default: ``HOPPER["DATABASE"]``)."""
     if alias is None:
-        from django_hopper.conf import hopper_settings
-
         alias = hopper_settings.DATABASE
     engine = _engines.get(alias)
     if engine is not None:
@@ -32,8 +32,6 @@ def get_engine(alias: str | None = None) -> BaseEngine:
     with _lock:
         engine = _engines.get(alias)
         if engine is None:
-            from django.db import connections
-
             try:
                 vendor = connections[alias].vendor
             except Exception as exc:

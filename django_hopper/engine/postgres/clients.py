@@ -122,6 +122,7 @@ class ClientsMixin(PostgresSupport):
 
     def listener(self) -> Listener:
         """Open a dedicated connection (never Django's) that LISTENs for notifications."""
+        # Imported on use: only a process that listens needs the listener's module.
         from django_hopper.engine.postgres.listener import open_listener
 
         return open_listener(self.alias)

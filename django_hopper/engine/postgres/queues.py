@@ -18,19 +18,11 @@ from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.convert import job_from_row
 from django_hopper.engine.postgres.support import PostgresSupport, db_errors
 from django_hopper.engine.postgres.workflows import attach_dependencies
-from django_hopper.exceptions import InvalidJob
 from django_hopper.types import (
     CHANNEL_INSERT,
     QueueLimits,
     QueueRow,
 )
-
-
-def _positive_limit(value: object, field: str = "limit") -> int:
-    """Return a non-negative integer or raise InvalidJob naming ``field``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidJob(f"{field} must be a non-negative integer, not {value!r}", field=field)
-    return value
 
 
 class QueuesMixin(PostgresSupport):

@@ -17,8 +17,9 @@ from typing import Any, overload
 
 from django_hopper.engine import decode
 from django_hopper.engine.decode import Codec
+from django_hopper.engine.params import JobInsertParams
 from django_hopper.exceptions import InvalidJob
-from django_hopper.types import JobRow
+from django_hopper.types import JobID, JobRow
 
 UTC = dt.UTC
 _raw_decode = json.JSONDecoder().raw_decode
@@ -172,3 +173,36 @@ def sql_json_contains(doc: str | None, pattern: str | None) -> int | None:
     except ValueError:
         return 0  # a stored value that is not JSON contains nothing; the read goes on
     return int(json_contains(value, _pattern(pattern)))
+
+
+def inserted_row(
+    job_id: JobID,
+    p: JobInsertParams,
+    state: str,
+    sched: dt.datetime,
+    now: dt.datetime,
+    tags: list[str],
+    expires: dt.datetime | None,
+    **extra: Any,
+) -> JobRow:
+    """Return the row of a job just inserted from ``p`` (times in UTC); ``extra``
+    are the fields a plain insert and a workflow's set differently."""
+    return JobRow(
+        id=job_id,
+        kind=p.kind,
+        queue=p.queue,
+        state=state,
+        priority=p.priority,
+        attempt=0,
+        max_attempts=p.max_attempts,
+        scheduled_at=sched.astimezone(dt.UTC),
+        created_at=now.astimezone(dt.UTC),
+        args=p.args,
+        metadata=p.metadata,
+        ordering_key=p.ordering_key,
+        partition_key=p.partition_key,
+        tags=tags,
+        expires_at=expires.astimezone(dt.UTC) if expires is not None else None,
+        awaited=p.awaited,
+        **extra,
+    )

@@ -38,6 +38,7 @@ from django_hopper.engine.queries import COL
 from django_hopper.engine.sqlite.convert import (
     db_time,
     dumps,
+    inserted_row,
     job_from_row,
 )
 from django_hopper.engine.sqlite.support import (
@@ -48,6 +49,7 @@ from django_hopper.engine.sqlite.support import (
     register_functions,
     translate_errors,
 )
+from django_hopper.engine.sqlite.workflows import attach_dependencies, finished_of, jobs_finished
 from django_hopper.exceptions import (
     JobLocked,
     JobRunning,
@@ -55,6 +57,7 @@ from django_hopper.exceptions import (
     NotSupported,
     UniqueConflict,
 )
+from django_hopper.ids import new_id
 from django_hopper.types import (
     CHANNEL_CONTROL,
     CHANNEL_DONE,
@@ -82,39 +85,6 @@ def _claim_key(job: JobRow) -> tuple[int, dt.datetime, JobID]:
     return (-job.priority, job.scheduled_at, job.id)
 
 
-def inserted_row(
-    job_id: JobID,
-    p: JobInsertParams,
-    state: str,
-    sched: dt.datetime,
-    now: dt.datetime,
-    tags: list[str],
-    expires: dt.datetime | None,
-    **extra: Any,
-) -> JobRow:
-    """Return the row of a job just inserted from ``p`` (times in UTC); ``extra``
-    are the fields a plain insert and a workflow's set differently."""
-    return JobRow(
-        id=job_id,
-        kind=p.kind,
-        queue=p.queue,
-        state=state,
-        priority=p.priority,
-        attempt=0,
-        max_attempts=p.max_attempts,
-        scheduled_at=sched.astimezone(dt.UTC),
-        created_at=now.astimezone(dt.UTC),
-        args=p.args,
-        metadata=p.metadata,
-        ordering_key=p.ordering_key,
-        partition_key=p.partition_key,
-        tags=tags,
-        expires_at=expires.astimezone(dt.UTC) if expires is not None else None,
-        awaited=p.awaited,
-        **extra,
-    )
-
-
 class JobsMixin(SQLiteSupport):
     """The job half of the engine contract on SQLite."""
 
@@ -125,8 +95,6 @@ class JobsMixin(SQLiteSupport):
         self, params: Sequence[JobInsertParams], opts: JobInsertOpts = _DEFAULT_OPTS
     ) -> list[JobInsertResult]:
         """Insert the batch in one statement; report unique-key holders as duplicates."""
-        from django_hopper.ids import new_id
-
         now, now_s = self._now(opts.now)
         rows: list[list[Any]] = []
         jobs: list[JobRow] = []
@@ -293,8 +261,6 @@ class JobsMixin(SQLiteSupport):
         jobs.sort(key=_claim_key)
         jobs = runnable(self, params, jobs)
         if any(j.batch_id is not None for j in jobs):
-            from django_hopper.engine.sqlite.workflows import attach_dependencies
-
             jobs = attach_dependencies(self, jobs)
         return JobClaimResult(jobs=jobs)
 
@@ -425,8 +391,6 @@ class JobsMixin(SQLiteSupport):
                 c.execute(Q["job_finalize_many.log_keep"], {"ids": ids, "keep": params.keep_logs})
         if finished:
             # One writer: record, promote dependents and settle batches right here.
-            from django_hopper.engine.sqlite.workflows import jobs_finished
-
             jobs_finished(self, c, finished, params.now)
         if done:
             self.notify(CHANNEL_DONE, done)
@@ -546,8 +510,6 @@ class JobsMixin(SQLiteSupport):
             c.execute(Q["job_get"], {"id": params.id.hex})
             row = c.fetchone()
             if moved and row is not None and row[COL.batch_id] is not None:
-                from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
-
                 jobs_finished(self, c, finished_of([job_from_row(row)]), params.now)
         if row is None:
             raise NotFound(f"job {params.id} does not exist")
@@ -611,8 +573,6 @@ class JobsMixin(SQLiteSupport):
                 c.execute(Q["job_delete.steps"], args)
                 if row[COL.batch_id] is not None and row[COL.finalized_at] is None:
                     # Deleted while waiting: counted as canceled, as job_cancel would.
-                    from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
-
                     waiting = job_from_row(row)
                     waiting.state = JobState.CANCELED
                     jobs_finished(self, c, finished_of([waiting]), None)
@@ -636,8 +596,6 @@ class JobsMixin(SQLiteSupport):
                     Q["job_discard_expired.delete"], {"ids": json.dumps([r[0] for r in rows])}
                 )
                 if any(r[COL.batch_id] is not None for r in rows):
-                    from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
-
                     expired = [job_from_row(r) for r in rows]
                     jobs_finished(self, c, finished_of(expired), params.now)
         jobs = [job_from_row(r) for r in rows]

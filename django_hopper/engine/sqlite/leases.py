@@ -28,6 +28,7 @@ from django_hopper.engine.queries import COL
 from django_hopper.engine.rules import claim_by_id_refusal, lease_expiry_result
 from django_hopper.engine.sqlite.convert import db_time, from_db_time, job_from_row
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
+from django_hopper.engine.sqlite.workflows import attach_dependencies
 from django_hopper.exceptions import JobFenced
 from django_hopper.types import JobRow, LeaseFence
 
@@ -61,8 +62,6 @@ class LeasesMixin(SQLiteSupport):
             token = uuid.UUID(row[COL.lease_token])
             raise refuse_undecodable_lease(self, job, token, params.now)
         if job.batch_id is not None:
-            from django_hopper.engine.sqlite.workflows import attach_dependencies
-
             job = attach_dependencies(self, [job])[0]
         expires_at = from_db_time(row[COL.lease_expires_at])
         return JobLeaseRow(

@@ -22,6 +22,7 @@ from django_hopper.engine.params import (
 )
 from django_hopper.engine.sqlite.convert import job_from_row
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
+from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
 from django_hopper.types import (
     CHANNEL_CONTROL,
     CHANNEL_DONE,
@@ -60,8 +61,6 @@ class OperatorMixin(SQLiteSupport):
     @translate_errors
     def _job_cancel_many(self, params: JobCancelManyParams) -> JobManyResult:
         """Cancel waiting jobs into history and ask running ones to stop."""
-        from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
-
         ids = unique_ids(params.ids)
         if not ids:
             return JobManyResult(outcomes={})
@@ -132,8 +131,6 @@ class OperatorMixin(SQLiteSupport):
     @translate_errors
     def _job_delete_many(self, params: JobDeleteManyParams) -> JobManyResult:
         """Delete jobs that are not running, live or from history, with their logs."""
-        from django_hopper.engine.sqlite.workflows import finished_of, jobs_finished
-
         ids = unique_ids(params.ids)
         if not ids:
             return JobManyResult(outcomes={})

@@ -23,15 +23,8 @@ from django_hopper.engine.params import (
 from django_hopper.engine.sqlite.convert import db_time, from_db_time, job_from_row
 from django_hopper.engine.sqlite.jobs import _claim_key
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
-from django_hopper.exceptions import InvalidJob
+from django_hopper.engine.sqlite.workflows import attach_dependencies
 from django_hopper.types import QueueLimits, QueueRow
-
-
-def _limit(value: object, field: str = "limit") -> int:
-    """Return a non-negative integer or raise InvalidJob naming ``field``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidJob(f"{field} must be a non-negative integer, not {value!r}", field=field)
-    return value
 
 
 def _limits(name: str, r: Sequence[Any]) -> QueueLimits:
@@ -109,8 +102,6 @@ class QueuesMixin(SQLiteSupport):
         jobs.sort(key=_claim_key)
         jobs = runnable(self, params, jobs)
         if any(j.batch_id is not None for j in jobs):
-            from django_hopper.engine.sqlite.workflows import attach_dependencies
-
             jobs = attach_dependencies(self, jobs)
         return JobClaimResult(jobs=jobs)
 

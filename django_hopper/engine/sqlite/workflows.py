@@ -27,8 +27,7 @@ from django_hopper.engine.sqlite.batches import (
     batch_from_row,
     stored_callbacks,
 )
-from django_hopper.engine.sqlite.convert import _loads, db_time, dumps, job_from_row
-from django_hopper.engine.sqlite.jobs import inserted_row
+from django_hopper.engine.sqlite.convert import _loads, db_time, dumps, inserted_row, job_from_row
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.ids import new_id
 from django_hopper.types import (
