@@ -65,8 +65,12 @@ class Command(BaseCommand):
             raise CommandError(f"--database: {alias!r} is not in DATABASES")
         engine = get_engine(alias)
         if options["once"]:
+            from django_hopper.topology import maintenance_alias
+
+            # Through the direct connection behind a transaction pooler: the
+            # passes take advisory locks and set session settings.
             self.once(
-                engine,
+                get_engine(maintenance_alias(alias)),
                 wait=float(options["wait"]),
                 force=bool(options["force"]),
                 verbose=int(options.get("verbosity", 1)) >= 1,
