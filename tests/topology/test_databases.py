@@ -131,7 +131,7 @@ def test_workers__one_per_database_run_the_queues_of_each(alias: str, tmp_path: 
             plain = [jobs.add.enqueue(i, 2) for i in range(5)]
 
             for handle in busy + plain:
-                wait_for(lambda h=handle: h.refresh().state == "completed", timeout=30)
+                wait_for(lambda h=handle: h.refresh().state == "completed", timeout=90)
             assert [h.refresh().output for h in busy] == [i + 1 for i in range(5)]
             assert [h.refresh().output for h in plain] == [i + 2 for i in range(5)]
             assert all(p.poll() is None for p in procs.procs), procs.logs()

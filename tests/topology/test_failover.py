@@ -71,7 +71,7 @@ def writable_afterwards(tx_engine: BaseEngine):
 def start_workers(processes, count: int = 2) -> None:
     for _ in range(count):
         processes.start("--queues", "default:4", "-v", "2")
-    wait_for(lambda: Client.objects.count() >= count, timeout=20)
+    wait_for(lambda: Client.objects.count() >= count, timeout=90)
 
 
 def assert_each_completed_once(engine: BaseEngine, rows) -> None:
@@ -136,7 +136,7 @@ def test_failover__a_worker_started_during_a_read_only_period_waits_for_the_prim
     set_read_only(True)
     terminate_backends()  # a bouncer's server connections too
     processes.start("--queues", "default:2", "-v", "2")
-    wait_for(lambda: "unavailable at start-up" in processes.logs(), timeout=30)
+    wait_for(lambda: "unavailable at start-up" in processes.logs(), timeout=90)
     assert "read-only transaction" in processes.logs()
     assert not Client.objects.using(admin().alias).exists()
     assert processes.procs[0].poll() is None, processes.logs()

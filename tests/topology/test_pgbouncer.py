@@ -55,7 +55,7 @@ def bounced(tx_engine: BaseEngine, tmp_path, bouncers: dict[str, Bouncer]):
 
 def run_through(tx_engine: BaseEngine, procs: BouncedProcesses, count: int, timeout: float) -> None:
     """Enqueue ``count`` jobs once a worker registered; wait until all completed."""
-    wait_for(lambda: Client.objects.exists(), timeout=20)
+    wait_for(lambda: Client.objects.exists(), timeout=90)
     time.sleep(0.5)  # past the first (empty) claim
     rows = insert_many(tx_engine, jobs.add, [((i, 1), {}) for i in range(count)])
     for row in rows:
@@ -98,7 +98,7 @@ def test_transaction_pooler__a_leader_is_elected_and_maintains(tx_engine, bounce
     procs.start("--queues", "default:2", "-v", "2")
     procs.start("--queues", "default:2", "-v", "2")
 
-    leader = wait_for(lambda: tx_engine.leader_get(), timeout=20)
+    leader = wait_for(lambda: tx_engine.leader_get(), timeout=90)
 
     assert leader in set(Client.objects.values_list("id", flat=True))
     assert "LISTEN through 'direct'" in procs.logs()
