@@ -59,21 +59,23 @@ class EstimatedCountPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:  # type: ignore[override]
-        """Count exactly below the limit, else estimate: a constant cost per page."""
+        """Count exactly up to the limit, else estimate: a bounded cost per page.
+
+        The bounded count comes first: a filter's estimate can be far off
+        (thousands estimated, thirty there), and a page must never offer
+        pages that do not exist.
+        """
         queryset = self.object_list
         if not isinstance(queryset, QuerySet):
             return len(queryset)
         if self.exact:
             return queryset.count()
-        estimate = planner_estimate(queryset)
-        if estimate is not None and estimate > self.limit:
-            self.count_is_estimate = True
-            return estimate
         bounded = queryset.order_by()[: self.limit + 1].count()
         if bounded <= self.limit:
             return bounded
+        # More than the limit: the planner's estimate (never below what was counted).
         self.count_is_estimate = True
-        return max(estimate or 0, bounded)
+        return max(planner_estimate(queryset) or 0, bounded)
 
 
 class HopperChangeList(ChangeList):
