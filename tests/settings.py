@@ -132,7 +132,13 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_hopper": {"handlers": ["console"], "level": "WARNING"}},
+    # HOPPER_TEST_LOG_LEVEL: worker processes whose test reads their INFO lines.
+    "loggers": {
+        "django_hopper": {
+            "handlers": ["console"],
+            "level": os.environ.get("HOPPER_TEST_LOG_LEVEL", "WARNING"),
+        }
+    },
 }
 if os.environ.get("HOPPER_TEST_NO_LOGGING"):
     # A project that leaves LOGGING alone: the worker installs its own console.

@@ -61,4 +61,5 @@ class BouncedProcesses(Processes):
         env = super().env(overrides)
         env["HOPPER_TEST_PGBOUNCER_PORT"] = str(self.bouncer.port)
         env["HOPPER_TEST_PGBOUNCER_MODE"] = self.bouncer.mode
+        env["HOPPER_TEST_LOG_LEVEL"] = "INFO"  # the start line says how it reaches the database
         return env
