@@ -15,6 +15,19 @@ class HopperConfig(AppConfig):
         observability.setup()  # tracing and metrics, when their packages are installed
 
         self._connect_tasks_backend()
+        self._declare_at_worker_setup()
+
+    def _declare_at_worker_setup(self) -> None:
+        """Have every worker upsert the subscriptions and stream consumers the code declares.
+
+        The runtime sits below the API modules and never imports them; this
+        is the hook through which it syncs what they declare.
+        """
+        from django_hopper.streams import sync_declared
+        from django_hopper.worker.worker import SETUP_DECLARATIONS
+
+        if sync_declared not in SETUP_DECLARATIONS:
+            SETUP_DECLARATIONS.append(sync_declared)
 
     def _connect_tasks_backend(self) -> None:
         """Let the worker run ``@task`` functions, and the Tasks backend hear hopper's signals.

@@ -11,14 +11,14 @@
     handle.refresh().pending
 
 A job's finish is recorded by the statement that finalizes it; the worker that
-finalized it settles the batch right after, and the leader sweeps the rest, so
+finalized it settles the batch right after (``worker.completer.settle_finished``),
+and the leader sweeps the rest (``maintenance.WorkflowSweeper``), so
 each callback is inserted exactly once, whichever jobs finish last and together.
 Each callback's metadata carries ``batch_id``.
 """
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -27,14 +27,11 @@ from django_hopper import signals
 from django_hopper.exceptions import InvalidJob, NotFound
 
 if TYPE_CHECKING:
-    from django_hopper.engine.base import BaseEngine
     from django_hopper.engine.params import JobInsertParams
     from django_hopper.jobs import JobFunction, JobHandle, PreparedJob
-    from django_hopper.types import BatchRow, JobRow
+    from django_hopper.types import BatchRow
 
-logger = logging.getLogger("django_hopper.batches")
-
-__all__ = ["Batch", "BatchHandle", "get_batch", "settle_finished"]
+__all__ = ["Batch", "BatchHandle", "get_batch"]
 
 
 def call_params(
@@ -184,31 +181,3 @@ def get_batch(batch_id: uuid.UUID | str, *, alias: str | None = None) -> BatchRo
     if row is None:
         raise NotFound(f"batch {bid} does not exist")
     return row
-
-
-def settle_finished(engine: BaseEngine, jobs: Sequence[JobRow]) -> None:
-    """Promote the dependents and settle the batches of jobs a client just finalized.
-
-    A statement that finalizes a job promotes its dependents and records its
-    batch's progress, but two finalized concurrently each miss the other; the
-    client that finalized them closes that gap at once (the leader sweeps too).
-    On a single-writer engine the finalizing transaction did it all already.
-    Errors are logged, not raised: the sweep is the backstop.
-    """
-    from django_hopper.engine.params import BatchSettleParams, WorkflowPromoteParams
-
-    done = [j for j in jobs if j.batch_id is not None]
-    if not done or engine.features.single_writer:
-        return
-    try:
-        promoted = engine.workflow_promote_ready(
-            WorkflowPromoteParams(depends_on=tuple(j.id for j in done))
-        )
-        batches = {j.batch_id for j in done if j.batch_id is not None} | set(promoted.batches)
-        engine.batch_settle(BatchSettleParams(ids=tuple(sorted(batches))))
-    except Exception:
-        logger.warning(
-            "settling the batches of %d finalized jobs failed; the leader's sweep will",
-            len(done),
-            exc_info=True,
-        )

@@ -465,7 +465,7 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
         if not applied:
             raise JobFenced(f"job {job_id}: the lease expired before the pass ended")
         if job.batch_id is not None:
-            from django_hopper.batches import settle_finished
+            from django_hopper.worker.completer import settle_finished
 
             settle_finished(engine, [job])
         return outcome

@@ -15,6 +15,7 @@ from django_hopper.maintenance.services import (
     Service,
     StreamPumper,
     StreamRetentionService,
+    WorkflowSweeper,
     default_services,
 )
 
@@ -34,5 +35,6 @@ __all__ = [
     "Service",
     "StreamPumper",
     "StreamRetentionService",
+    "WorkflowSweeper",
     "default_services",
 ]

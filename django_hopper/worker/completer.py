@@ -15,10 +15,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from django_hopper.engine.params import JobFinalize, JobFinalizeParams
+from django_hopper.engine.params import (
+    BatchSettleParams,
+    JobFinalize,
+    JobFinalizeParams,
+    WorkflowPromoteParams,
+)
 from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
 from django_hopper.worker.logs import job_logger
 
@@ -27,6 +33,33 @@ if TYPE_CHECKING:
     from django_hopper.types import JobRow
 
 logger = logging.getLogger("django_hopper.worker.completer")
+
+
+def settle_finished(engine: BaseEngine, jobs: Sequence[JobRow]) -> None:
+    """Promote the dependents and settle the batches of jobs a client just finalized.
+
+    A statement that finalizes a job promotes its dependents and records its
+    batch's progress, but two finalized concurrently each miss the other; the
+    client that finalized them closes that gap at once (the leader's
+    :class:`~django_hopper.maintenance.WorkflowSweeper` sweeps too). On a
+    single-writer engine the finalizing transaction did it all already.
+    Errors are logged, not raised: the sweep is the backstop.
+    """
+    done = [j for j in jobs if j.batch_id is not None]
+    if not done or engine.features.single_writer:
+        return
+    try:
+        promoted = engine.workflow_promote_ready(
+            WorkflowPromoteParams(depends_on=tuple(j.id for j in done))
+        )
+        batches = {j.batch_id for j in done if j.batch_id is not None} | set(promoted.batches)
+        engine.batch_settle(BatchSettleParams(ids=tuple(sorted(batches))))
+    except Exception:
+        logger.warning(
+            "settling the batches of %d finalized jobs failed; the leader's sweep will",
+            len(done),
+            exc_info=True,
+        )
 
 
 @dataclass(slots=True)
@@ -162,8 +195,6 @@ class Completer:
         applied = {(f.id, f.fence) for f in self.engine.job_finalize_many(params)}
         self.flushes += 1
         if not params.no_batches:
-            from django_hopper.batches import settle_finished
-
             settle_finished(
                 self.engine,
                 [r.job for r in batch if (r.finalize.id, r.finalize.fence) in applied],

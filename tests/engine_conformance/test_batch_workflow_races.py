@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from django_hopper.batches import settle_finished
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import (
     BatchInsertParams,
@@ -39,6 +38,7 @@ from django_hopper.engine.params import (
 )
 from django_hopper.models import Batch, Job
 from django_hopper.types import JobRow
+from django_hopper.worker.completer import settle_finished
 from tests.engine_conformance.support import claim, finalize, insert_many, register, result
 from tests.engine_conformance.test_concurrency import run_threads
 

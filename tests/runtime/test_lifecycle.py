@@ -64,7 +64,7 @@ def test_a_fenced_worker_stops_claiming_and_its_late_results_are_refused(tx_engi
 
 def test_the_renewal_applies_paused_queues(tx_engine, make_worker):
     worker = make_worker()
-    worker.apply_control([], ["default"], [])
+    worker.control.apply([], ["default"], [])
     insert(tx_engine, jobs.noop)
     assert worker.producers["default"].claim_once() == 0
     assert worker.heartbeat.run_once() is True  # the database says nothing is paused
@@ -82,7 +82,7 @@ def test_a_running_sync_job_is_cancelled_cooperatively_by_notification(tx_engine
     worker.producers["default"].claim_once()
     _running(tx_engine, job)
     tx_engine.job_cancel(JobCancelParams(id=job.id))
-    worker.on_control(json.dumps({"action": "cancel", "job_id": str(job.id)}))
+    worker.control.on_message(json.dumps({"action": "cancel", "job_id": str(job.id)}))
     assert worker.wait_idle(5)
     row = get(tx_engine, job)
     assert row.state == "canceled"
