@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
 
 from django_hopper import signals, validation
@@ -209,6 +210,26 @@ def send_signal(name: str, sender: Any, **kwargs: Any) -> None:
     signals.send_logged(getattr(signals, name), sender, **kwargs)
 
 
+async def in_sync_context(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``func`` from an ``async def`` attempt the way Django calls sync code from async.
+
+    Signal receivers are ordinary sync code: one that touches the ORM raises
+    ``SynchronousOnlyOperation`` on the worker's event loop. This runs ``func``
+    in asgiref's thread for sync code (``sync_to_async(thread_sensitive=True)``,
+    the thread an async job's own ``sync_to_async`` calls use), with Django's
+    per-request connection hygiene around it, as for a sync attempt.
+    """
+
+    def call() -> Any:
+        _close_old_connections()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            _close_old_connections()
+
+    return await sync_to_async(call, thread_sensitive=True)()
+
+
 def _close_old_connections() -> None:
     """Django's per-request ``close_old_connections``, skipped when this thread has none.
 
@@ -297,6 +318,23 @@ class Execution:
 DoneCallback = Callable[[Execution, JobFinalize | None], None]
 
 
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Close a stopped event loop (from its own thread): its selector and self-pipe
+    are file descriptors, left open otherwise with a ``ResourceWarning``.
+
+    Async generators get their ``aclose()`` and the default executor's threads
+    end first, as ``asyncio.run`` does. Tasks still pending (attempts left to
+    the rescue at a shutdown timeout) are dropped with the loop.
+    """
+    try:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    except BaseException:
+        _logger.warning("shutting the event loop down failed", exc_info=True)
+    finally:
+        loop.close()
+
+
 #: Put on the job queue to end one job thread.
 _STOP = None
 
@@ -354,7 +392,7 @@ class Executor:
             while True:
                 try:
                     self._loop.run_forever()
-                    return  # stopped by shutdown()
+                    break  # stopped by shutdown()
                 except BaseException:
                     # asyncio re-raises a KeyboardInterrupt or SystemExit of any
                     # task (a child task a job started, too) out of the loop. The
@@ -364,6 +402,7 @@ class Executor:
                         "a job's task raised out of the event loop; the loop goes on",
                         exc_info=True,
                     )
+            _close_loop(self._loop)
         finally:
             close_thread_connections()
 
@@ -465,7 +504,11 @@ class Executor:
         with ex.lock:
             ex.task = asyncio.current_task()
         result = await self._call_async(ex)
-        self._finish(ex, result)
+        if signals.job_finished.receivers:
+            # _finish sends job_finished: in sync context, never on the loop.
+            await asyncio.shield(in_sync_context(self._finish, ex, result))
+        else:
+            self._finish(ex, result)
 
     async def _call_async(self, ex: Execution) -> JobFinalize:
         job, ctx = ex.job, ex.context
@@ -474,7 +517,8 @@ class Executor:
         try:
             if ctx.cancelled:  # cancelled before the task existed
                 raise asyncio.CancelledError
-            send_signal("job_started", ex.fn, job=job)
+            if signals.job_started.receivers:
+                await in_sync_context(send_signal, "job_started", ex.fn, job=job)
             async with timeout_cm:
                 if ex.fn.takes_context:
                     output = await ex.fn.func(ctx, *args, **kwargs)
