@@ -18,7 +18,7 @@ zone, through ``cronsim``) or an interval (aligned to the Unix epoch) yields
 slots, which slot is due after an outage (:func:`due_slot`), and what job a
 slot inserts (:meth:`PeriodicDefinition.job_params`). The engine only records
 that a slot was inserted, atomically, so a slot produces at most one job
-across leaders; the leader's :class:`~django_hopper.periodic_services.PeriodicEnqueuer`
+across leaders; the leader's :class:`~django_hopper.maintenance.PeriodicEnqueuer`
 calls these functions.
 
 A definition travels as JSON (``to_json``): each client registers its own

@@ -1,20 +1,22 @@
-"""Leader election and the leader's services (rescue, scheduling, expiry, pruning)."""
+"""Leader election and the leader's services (rescue, scheduling, expiry, pruning, ...).
 
+One class per service, each with one ``interval`` (seconds) and ``run_once()``:
+see :func:`default_services` for the list the leader runs.
+"""
+
+from django_hopper.maintenance.base import Service
+from django_hopper.maintenance.history import HistoryIndexer, HistoryPruner, Vacuumer
 from django_hopper.maintenance.leader import Elector, Maintainer
+from django_hopper.maintenance.periodic import PeriodicEnqueuer, PeriodicRunResult
 from django_hopper.maintenance.services import (
     Ager,
     ClientPruner,
     ExpiredJobDiscarder,
-    HistoryIndexService,
-    HistoryRetentionService,
-    JobsUpkeepService,
     LeaseExpirer,
-    Periodic,
     Rescuer,
     Scheduler,
-    Service,
+    StreamPruner,
     StreamPumper,
-    StreamRetentionService,
     WorkflowSweeper,
     default_services,
 )
@@ -24,17 +26,18 @@ __all__ = [
     "ClientPruner",
     "Elector",
     "ExpiredJobDiscarder",
-    "HistoryIndexService",
-    "HistoryRetentionService",
-    "JobsUpkeepService",
+    "HistoryIndexer",
+    "HistoryPruner",
     "LeaseExpirer",
     "Maintainer",
-    "Periodic",
+    "PeriodicEnqueuer",
+    "PeriodicRunResult",
     "Rescuer",
     "Scheduler",
     "Service",
+    "StreamPruner",
     "StreamPumper",
-    "StreamRetentionService",
+    "Vacuumer",
     "WorkflowSweeper",
     "default_services",
 ]

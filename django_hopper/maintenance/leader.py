@@ -10,7 +10,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from django_hopper.engine.params import LeaderParams
-from django_hopper.maintenance.services import Service, default_services
+from django_hopper.maintenance.base import Service
+from django_hopper.maintenance.periodic import PeriodicEnqueuer
+from django_hopper.maintenance.services import default_services
 from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
 
 if TYPE_CHECKING:
@@ -103,10 +105,8 @@ class Maintainer:
 
     def register(self) -> None:
         """Record what every client declares, leader or not (periodic definitions)."""
-        from django_hopper.maintenance.services import Periodic
-
         for service in self.services:
-            if isinstance(service, Periodic):
+            if isinstance(service, PeriodicEnqueuer):
                 try:
                     service.register()
                 except Exception:

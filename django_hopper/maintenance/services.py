@@ -1,12 +1,12 @@
-"""The leader's periodic services. Each has ``run_once()`` so tests call it directly."""
+"""The leader's services for jobs, workflows, streams and clients, and the list the
+leader runs. Each has ``run_once()`` so tests call it directly; the periodic-job
+service is in :mod:`.periodic`, the history and table services in :mod:`.history`."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
 import logging
-import threading
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -20,39 +20,18 @@ from django_hopper.engine.params import (
     JobScheduleParams,
 )
 from django_hopper.engine.rules import rescued_state
+from django_hopper.maintenance.base import Service
+from django_hopper.maintenance.history import HistoryIndexer, HistoryPruner, Vacuumer
+from django_hopper.maintenance.periodic import PeriodicEnqueuer
 from django_hopper.retry import backoff
 from django_hopper.types import AttemptError, JobState, RescueReason
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
     from django_hopper.engine.params import RescueCandidate
-    from django_hopper.periodic_services import PeriodicEnqueuer
     from django_hopper.types import JobID, JobRow
 
 logger = logging.getLogger("django_hopper.maintenance")
-
-
-class Service(ABC):
-    """A periodic task of the leader."""
-
-    #: A short name for logs and ``hopper_maintain`` output.
-    name: str = ""
-    #: Seconds between runs (the maintainer's loop interval bounds it from below).
-    interval: float = 1.0
-
-    def __init__(self, engine: BaseEngine) -> None:
-        self.engine = engine
-
-    @abstractmethod
-    def run_once(self, now: dt.datetime | None = None) -> int:
-        """Do one round of work; return how many rows it changed."""
-
-    def close(self, timeout: float | None = 10.0) -> None:  # noqa: B027 (a no-op hook by design)
-        """Wait for work the service started in the background (none by default).
-
-        ``timeout=None`` waits as long as it takes (``hopper_maintain --once``,
-        whose exit would otherwise kill the work).
-        """
 
 
 class Rescuer(Service):
@@ -270,64 +249,6 @@ class ClientPruner(Service):
         return self.engine.client_prune_expired(now)
 
 
-class Periodic(Service):
-    """Insert the job of every due periodic slot (see django_hopper.periodic_services).
-
-    Every client registers its own definitions (``register``, called from the
-    worker's heartbeat); only the leader inserts slots (``run_once``).
-    """
-
-    name = "periodic"
-    interval = 1.0
-
-    def __init__(self, engine: BaseEngine, client_id: Callable[[], int | None]) -> None:
-        super().__init__(engine)
-        self.client_id = client_id
-        self._enqueuer: PeriodicEnqueuer | None = None
-
-    def enqueuer(self) -> PeriodicEnqueuer | None:
-        """Return the enqueuer of the current client ID (a fenced worker gets a new one)."""
-        from django_hopper.periodic_services import PeriodicEnqueuer
-
-        cid = self.client_id()
-        if cid is None:
-            return None
-        if self._enqueuer is None or self._enqueuer.client_id != cid:
-            self._enqueuer = PeriodicEnqueuer(self.engine, cid)
-        return self._enqueuer
-
-    def register(self, now: dt.datetime | None = None) -> bool:
-        """Register this client's definitions if they changed; return whether it wrote."""
-        enqueuer = self.enqueuer()
-        return bool(enqueuer and enqueuer.register(now or self.engine.now()))
-
-    def run_once(self, now: dt.datetime | None = None) -> int:
-        """Insert due slots; return how many jobs were inserted."""
-        enqueuer = self.enqueuer()
-        return len(enqueuer.run_once(now).inserted) if enqueuer else 0
-
-
-class HistoryRetentionService(Service):
-    """Create history partitions ahead, drop or prune what is past retention, and
-    delete the batches, workflow edges and step ledgers gone jobs left behind."""
-
-    name = "history_retention"
-    interval = 300.0
-
-    def run_once(self, now: dt.datetime | None = None) -> int:
-        from django_hopper.periodic_services import HistoryRetention
-
-        result = HistoryRetention(self.engine).run_once(now)
-        return (
-            len(result.created)
-            + len(result.dropped)
-            + int(result.pruned)
-            + result.batches_deleted
-            + result.edges_deleted
-            + result.steps_deleted
-        )
-
-
 class WorkflowSweeper(Service):
     """Promote workflow steps and settle batches that concurrent finalizes left behind.
 
@@ -369,60 +290,6 @@ class WorkflowSweeper(Service):
         return promoted.promoted + promoted.failed + settled.completed
 
 
-class JobsUpkeepService(Service):
-    """Vacuum and analyze the live tables when enough jobs churned through them."""
-
-    name = "jobs_upkeep"
-    interval = 30.0
-
-    def run_once(self, now: dt.datetime | None = None) -> int:
-        from django_hopper.periodic_services import JobsUpkeep
-
-        result = JobsUpkeep(self.engine).run_once(now)
-        return int(result.vacuumed) + int(result.analyzed)
-
-
-class HistoryIndexService(Service):
-    """Build missing history indexes per partition, in a thread of its own.
-
-    A build takes as long as the partitions are large, so it must not hold up
-    the rescue and the other services; a pass still running is not started twice.
-    """
-
-    name = "history_index"
-    interval = 600.0
-
-    def __init__(self, engine: BaseEngine) -> None:
-        super().__init__(engine)
-        self._thread: threading.Thread | None = None
-
-    def run_once(self, now: dt.datetime | None = None) -> int:
-        """Start a pass in the background unless one is running; return 1 if started."""
-        if self._thread is not None and self._thread.is_alive():
-            return 0
-        self._thread = threading.Thread(
-            target=self._build, name="hopper-history-index", daemon=True
-        )
-        self._thread.start()
-        return 1
-
-    def close(self, timeout: float | None = 10.0) -> None:
-        """Let a running pass finish, so its connection closes before the process exits."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _build(self) -> None:
-        from django_hopper.periodic_services import HistoryIndexer
-        from django_hopper.worker.db import close_thread_connections
-
-        try:
-            HistoryIndexer(self.engine).run_once()
-        except Exception:
-            logger.exception("history index pass failed")
-        finally:
-            close_thread_connections()
-
-
 class StreamPumper(Service):
     """Turn every stream consumer's new events into delivery jobs, each round.
 
@@ -455,7 +322,7 @@ class StreamPumper(Service):
         return total
 
 
-class StreamRetentionService(Service):
+class StreamPruner(Service):
     """Delete stream events older than ``HOPPER["STREAM_RETENTION"]`` (0 keeps them)."""
 
     name = "stream_retention"
@@ -516,8 +383,8 @@ def default_services(
         # another database (hopper_worker --database) inserting them too
         # would run each slot twice.
         if engine.alias == hopper_settings.DATABASE:
-            services.append(Periodic(engine, client_id))
-    services += [HistoryRetentionService(engine), JobsUpkeepService(engine)]
-    services.append(StreamRetentionService(engine))
-    services.append(HistoryIndexService(engine))
+            services.append(PeriodicEnqueuer(engine, client_id))
+    services += [HistoryPruner(engine), Vacuumer(engine)]
+    services.append(StreamPruner(engine))
+    services.append(HistoryIndexer(engine))
     return services

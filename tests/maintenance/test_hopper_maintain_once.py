@@ -13,8 +13,8 @@ from django.core.management import CommandError, call_command
 
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import JobInsertOpts, JobInsertParams, LeaderParams
+from django_hopper.maintenance import HistoryIndexer
 from django_hopper.models import Client, Job
-from django_hopper.periodic_services import HistoryIndexer
 from django_hopper.queues import set_queue_limits
 from tests.maintenance.conftest import register_client
 
@@ -51,11 +51,11 @@ def test_once__waits_for_the_history_index_build_it_started(
 ) -> None:
     finished = threading.Event()
 
-    def slow_build(self: HistoryIndexer, now: dt.datetime | None = None) -> Any:
+    def slow_build(self: HistoryIndexer) -> Any:
         time.sleep(0.5)
         finished.set()
 
-    monkeypatch.setattr(HistoryIndexer, "run_once", slow_build)
+    monkeypatch.setattr(HistoryIndexer, "build", slow_build)
     call_command("hopper_maintain", "--once", stdout=io.StringIO())
     assert finished.is_set()
 

@@ -13,8 +13,8 @@ from django.db import connections
 
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import JobListParams
+from django_hopper.maintenance import PeriodicEnqueuer, Service
 from django_hopper.maintenance.leader import Elector, Maintainer, next_tick
-from django_hopper.maintenance.services import Periodic, Service
 from django_hopper.periodic import register_periodic, unregister_periodic
 from tests.maintenance.conftest import register_client
 
@@ -51,7 +51,7 @@ def test_two_real_leaders_insert_each_1_second_slot_exactly_once_over_10_seconds
             elector = Elector(tx_engine, lambda cid=cid: cid, ttl=15.0)
             services: list[Service] = [
                 SlowService(tx_engine),
-                Periodic(tx_engine, lambda cid=cid: cid),
+                PeriodicEnqueuer(tx_engine, lambda cid=cid: cid),
             ]
             maintainers.append(Maintainer(tx_engine, elector, interval=1.0, services=services))
 

@@ -12,8 +12,8 @@ from django.db import connections
 
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import JobListParams
+from django_hopper.maintenance import PeriodicEnqueuer
 from django_hopper.periodic import PeriodicDefinition, define_periodic
-from django_hopper.periodic_services import PeriodicEnqueuer
 from tests.maintenance.conftest import register_client
 
 SECOND = dt.timedelta(seconds=1)
@@ -83,7 +83,7 @@ def test_a_leader_change_mid_slot_does_not_repeat_the_slot(
     # The old leader stops in the middle of slot 4; a new one, with no memory
     # of what the old one did, takes over within the same slot.
     new = PeriodicEnqueuer(engine, register_client(engine, start), [definition])
-    first = new.run_once(start + 4 * SECOND + dt.timedelta(milliseconds=700))
+    first = new.enqueue(start + 4 * SECOND + dt.timedelta(milliseconds=700))
     assert first.inserted == []
     assert first.raced == []  # the slot was recorded: it was not even due
     for step in range(5, 10):
@@ -111,9 +111,9 @@ def test_the_newest_clients_definition_wins(engine: BaseEngine, db_now: dt.datet
     new_def = define_periodic("tests.v2", every=SECOND, name="tests.versioned")
     old = PeriodicEnqueuer(engine, register_client(engine, now - SECOND), [old_def])
     new = PeriodicEnqueuer(engine, register_client(engine, now), [new_def])
-    assert len(new.run_once(now).inserted) == 1
+    assert new.run_once(now) == 1
     # The old client leads in the next slot, and inserts what the newest client declared.
-    result = old.run_once(now + SECOND + dt.timedelta(milliseconds=100))
+    result = old.enqueue(now + SECOND + dt.timedelta(milliseconds=100))
     assert [s.name for s in result.inserted] == ["tests.versioned"]
     assert sum(slots_of(engine, "tests.v2").values()) == 2
     assert sum(slots_of(engine, "tests.v1").values()) == 0

@@ -13,7 +13,7 @@ from django_hopper.engine.params import (
     JobInsertOpts,
     JobInsertParams,
 )
-from django_hopper.periodic_services import HistoryRetention
+from django_hopper.maintenance import HistoryPruner
 
 
 def test_retention__first_pass_keeps_jobs_finalized_today(tx_engine: BaseEngine) -> None:
@@ -29,7 +29,7 @@ def test_retention__first_pass_keeps_jobs_finalized_today(tx_engine: BaseEngine)
             ]
         )
     )
-    HistoryRetention(engine).run_once()
+    HistoryPruner(engine).run_once()
     for j in jobs:
         row = engine.job_get(j.id)
         assert row is not None and row.state == "completed"

@@ -15,7 +15,7 @@ from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import JobListParams
 from django_hopper.engine.topics import UNDECODABLE_EVENT_KIND
 from django_hopper.exceptions import InvalidJob, NotFound
-from django_hopper.maintenance import StreamPumper, StreamRetentionService, default_services
+from django_hopper.maintenance import StreamPruner, StreamPumper, default_services
 from django_hopper.models import StreamEvent as StreamEventModel
 from django_hopper.types import StreamPosition
 from tests.support.runtime import get
@@ -195,8 +195,8 @@ def test_stream_retention__prunes_events_past_the_setting(engine: BaseEngine) ->
     now = engine.now()
     django_hopper.append("a.b", 1)
 
-    assert StreamRetentionService(engine, retention=60).run_once(now + dt.timedelta(hours=1)) == 1
-    assert StreamRetentionService(engine, retention=0).run_once() == 0
+    assert StreamPruner(engine, retention=60).run_once(now + dt.timedelta(hours=1)) == 1
+    assert StreamPruner(engine, retention=0).run_once() == 0
 
 
 def test_default_services__pump_and_prune_streams(engine: BaseEngine) -> None:

@@ -13,9 +13,9 @@ from django.db import connections
 
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import ClientRegisterParams, JobClaimParams
-from django_hopper.maintenance.services import (
+from django_hopper.maintenance import (
     ExpiredJobDiscarder,
-    Periodic,
+    PeriodicEnqueuer,
     Rescuer,
     default_services,
 )
@@ -150,8 +150,9 @@ def test_hopper_worker_refuses_an_unknown_database() -> None:
 
 def test_a_leader_of_another_database_does_not_insert_periodic_jobs(engine: BaseEngine) -> None:
     other = SimpleNamespace(alias="other")
-    assert not any(isinstance(s, Periodic) for s in default_services(other, lambda: 1))  # type: ignore[arg-type]
-    assert any(isinstance(s, Periodic) for s in default_services(engine, lambda: 1))
+    services = default_services(other, lambda: 1)  # type: ignore[arg-type]
+    assert not any(isinstance(s, PeriodicEnqueuer) for s in services)
+    assert any(isinstance(s, PeriodicEnqueuer) for s in default_services(engine, lambda: 1))
 
 
 def test_cancelling_a_waiting_task_sends_task_finished_failed_after_commit(

@@ -4,7 +4,7 @@ Without options it lists the partitions of history (name, day range, row
 estimate). ``--create-ahead N`` creates the days from today to N days ahead,
 ``--drop-expired`` drops (or prunes) what is past retention, and ``--dry-run``
 prints what either would change and changes nothing. The leader does the same
-on its own (``HistoryRetention``); this command is for operators.
+on its own (``maintenance.HistoryPruner``); this command is for operators.
 
 On engines that keep history in one table (SQLite) there is nothing to
 partition: the command says so and shows the history row count.
@@ -20,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_hopper.engine import get_engine
 from django_hopper.engine.params import HistoryMaintainResult
 from django_hopper.exceptions import HopperError
-from django_hopper.periodic_services import HistoryRetention
+from django_hopper.maintenance import HistoryPruner
 
 
 class Command(BaseCommand):
@@ -68,7 +68,7 @@ class Command(BaseCommand):
         if create_ahead is None and not drop:
             self._list(contract)
             return
-        retention = HistoryRetention(
+        retention = HistoryPruner(
             engine, lock_timeout=dt.timedelta(seconds=options["lock_timeout"])
         )
         params = retention.params(
