@@ -45,6 +45,7 @@ from django_hopper.context import JobContext
 from django_hopper.engine.params import ClientRegisterParams, JobFinalize
 from django_hopper.exceptions import DatabaseUnavailable, UnknownJobKind
 from django_hopper.maintenance.leader import Elector, Maintainer
+from django_hopper.registry import resolve
 from django_hopper.topology import describe, maintenance_alias, session_alias, undeclared_proxy
 from django_hopper.worker import execution
 from django_hopper.worker.completer import Completer
@@ -252,8 +253,6 @@ class Worker:
 
     def start_job(self, job: JobRow, producer: Producer) -> None:
         """Start a claimed job, or discard it at once if its kind is unknown."""
-        from django_hopper.jobs import resolve
-
         try:
             fn = resolve(job.kind)
         except UnknownJobKind as exc:
