@@ -31,7 +31,7 @@ def test_signals__orm_receivers_work_for_every_job_in_a_real_worker(
 ) -> None:
     added = insert_many(tx_engine, fn, [(args, {}) for _ in range(3)])
     proc = processes.start("--burst", "--queues", "default:2", overrides=RECEIVERS)
-    assert proc.wait(60) == 0, processes.logs()
+    assert proc.wait(120) == 0, processes.logs()
     assert {get(tx_engine, j).state for j in added} == {state}
     notes = Counter(Effect.objects.values_list("job_id", "note"))
     for job in added:

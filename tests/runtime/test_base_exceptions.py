@@ -9,6 +9,7 @@ import signal
 import pytest
 
 from django_hopper.engine.base import BaseEngine
+from django_hopper.models import Client
 from django_hopper.types import JobRow
 from tests.support.runtime import Processes, get, insert, insert_many, wait_for
 from tests.testapp import jobs
@@ -31,7 +32,7 @@ def assert_discarded_with(engine: BaseEngine, job: JobRow, which: str, attempts:
 def run_burst(processes: Processes, *args: str) -> None:
     proc = processes.start("--burst", *args)
     try:
-        code = proc.wait(60)
+        code = proc.wait(120)
     except Exception:  # pragma: no cover - the failure message needs the logs
         pytest.fail(f"the burst worker did not exit\n{processes.logs()}")
     assert code == 0, processes.logs()
@@ -86,6 +87,7 @@ def test_worker__retries_attempts_raising_base_exceptions_and_still_stops_on_a_s
     tx_engine: BaseEngine, processes: Processes, fn: object, signum: int
 ) -> None:
     proc = processes.start("--queues", "default:1")
+    wait_for(Client.objects.exists, timeout=60)  # started (slow on a loaded machine)
     raising = insert_many(tx_engine, fn, [((which,), {}) for which in RAISED])
     for job, which in zip(raising, RAISED, strict=True):
         wait_for(lambda job=job: get(tx_engine, job).state == "discarded", timeout=30)
