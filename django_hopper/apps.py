@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.apps import AppConfig
+
+if TYPE_CHECKING:
+    from django_hopper.engine.base import BaseEngine
 
 
 class HopperConfig(AppConfig):
@@ -23,11 +28,10 @@ class HopperConfig(AppConfig):
         The runtime sits below the API modules and never imports them; this
         is the hook through which it syncs what they declare.
         """
-        from django_hopper.streams import sync_declared
-        from django_hopper.worker.worker import SETUP_DECLARATIONS
+        from django_hopper.worker.declarations import SETUP_DECLARATIONS
 
-        if sync_declared not in SETUP_DECLARATIONS:
-            SETUP_DECLARATIONS.append(sync_declared)
+        if _sync_declared not in SETUP_DECLARATIONS:
+            SETUP_DECLARATIONS.append(_sync_declared)
 
     def _connect_tasks_backend(self) -> None:
         """Let the worker run ``@task`` functions, and the Tasks backend hear hopper's signals.
@@ -54,3 +58,11 @@ class HopperConfig(AppConfig):
             for cfg in tasks.values()
         ):
             import django_hopper.tasks  # noqa: F401
+
+
+def _sync_declared(engine: BaseEngine) -> object:
+    """Upsert the subscriptions and stream consumers the code declares (a worker's setup)."""
+    # Imported when a worker sets up, not in every process's start-up.
+    from django_hopper.streams import sync_declared
+
+    return sync_declared(engine)

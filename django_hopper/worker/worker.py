@@ -51,6 +51,7 @@ from django_hopper.worker import execution
 from django_hopper.worker.completer import Completer
 from django_hopper.worker.control import ControlState
 from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
+from django_hopper.worker.declarations import SETUP_DECLARATIONS
 from django_hopper.worker.execution import Execution, Executor
 from django_hopper.worker.heartbeat import Heartbeat
 from django_hopper.worker.notifier import Notifier
@@ -113,14 +114,6 @@ class WorkerConfig:
         return sum(self.queues.values())
 
 
-#: Called with the engine when a worker sets up, after the job modules were
-#: imported, to upsert what the code declares. The app registers
-#: :func:`django_hopper.streams.sync_declared` (subscriptions and stream
-#: consumers) here in ``AppConfig.ready``: the hook through which the runtime
-#: reaches the API layer without importing it.
-SETUP_DECLARATIONS: list[Callable[[BaseEngine], object]] = []
-
-
 def import_job_modules(modules: list[str] | None = None) -> None:
     """Import the HOPPER["IMPORTS"] modules so that their ``@job`` functions register."""
     for name in modules if modules is not None else list(hopper_settings.IMPORTS):
@@ -143,7 +136,7 @@ class Worker:
         self.config = config or WorkerConfig()
         self.engine = engine or get_engine()
         #: What setup upserts once the job modules are imported (None: the
-        #: registered :data:`SETUP_DECLARATIONS`).
+        #: registered :data:`~django_hopper.worker.declarations.SETUP_DECLARATIONS`).
         self.declarations = declarations
         self.control = ControlState()
         self.control.cancel = self.cancel_job
