@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from django_hopper.engine.base import BaseEngine
-from tests.runtime.conftest import Processes, get, insert_many
+from tests.support.runtime import Processes, get, insert_many
 from tests.testapp import jobs
 from tests.testapp.models import Effect
 

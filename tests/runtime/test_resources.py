@@ -8,7 +8,7 @@ import warnings
 
 from django_hopper.engine.base import BaseEngine
 from django_hopper.worker import Worker, WorkerConfig
-from tests.runtime.conftest import get, insert
+from tests.support.runtime import get, insert
 from tests.testapp import jobs
 
 
