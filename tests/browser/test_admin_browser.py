@@ -41,7 +41,7 @@ def test_overview__shows_the_queues_and_refreshes_itself(page: Any, superuser: A
     testjobs.add.enqueue(3, 4)  # the live refresh shows it without a reload
     page.wait_for_function(
         "document.querySelector('tr[data-queue=\"default\"] td:nth-child(3)').innerText === '2'",
-        timeout=15_000,
+        timeout=45_000,  # a refresh comes every 5 s; a loaded machine is slow to render it
     )
     page.uncheck("#hopper-live")
     assert page.evaluate("localStorage.getItem('hopper-overview-live')") == "off"
