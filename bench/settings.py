@@ -79,8 +79,13 @@ if os.environ.get("BENCH_PREPARED_STATEMENTS") == "0":
 # Tracing and metrics are off unless BENCH_OBSERVE=1, which turns them on with
 # an OpenTelemetry SDK (bench/observe.py): the figure "tracing + metrics on" is
 # measured against the same work with them off.
-if os.environ.get("BENCH_OBSERVE") == "1":
+# BENCH_OBSERVE=tracing or =metrics turns on one of them alone.
+if os.environ.get("BENCH_OBSERVE") in ("1", "tracing", "metrics"):
     HOPPER["IMPORTS"] = ["bench.observe", *HOPPER["IMPORTS"]]
+    if os.environ["BENCH_OBSERVE"] == "tracing":
+        HOPPER["METRICS"] = False
+    if os.environ["BENCH_OBSERVE"] == "metrics":
+        HOPPER["TRACING"] = False
 else:
     HOPPER["TRACING"] = False
     HOPPER["METRICS"] = False

@@ -282,6 +282,8 @@ class OTelMetrics:
         from django_hopper import __version__
 
         meter = metrics.get_meter("django_hopper", __version__, meter_provider=meter_provider)
+        #: Attribute dicts by (queue, kind), made once (they are read, never changed).
+        self._attrs: dict[tuple[str, str], dict[str, str]] = {}
         self.counters = {
             event: meter.create_counter(
                 f"hopper.jobs.{event}", unit="{job}", description=f"Jobs {event}."
@@ -327,14 +329,23 @@ class OTelMetrics:
             description="Jobs the latest claim of each queue took.",
         )
 
+    def _attributes(self, queue: str, kind: str) -> dict[str, str]:
+        key = (queue, kind)
+        attributes = self._attrs.get(key)
+        if attributes is None:
+            attributes = self._attrs[key] = (
+                {"queue": queue, "kind": kind} if kind else {"queue": queue}
+            )
+        return attributes
+
     def count(self, event: str, queue: str, kind: str, n: int = 1) -> None:
-        self.counters[event].add(n, {"queue": queue, "kind": kind})
+        self.counters[event].add(n, self._attributes(queue, kind))
 
     def observe_duration(self, queue: str, kind: str, seconds: float) -> None:
-        self.duration.record(seconds, {"queue": queue, "kind": kind})
+        self.duration.record(seconds, self._attributes(queue, kind))
 
     def observe_latency(self, queue: str, kind: str, seconds: float) -> None:
-        self.latency.record(seconds, {"queue": queue})
+        self.latency.record(seconds, self._attributes(queue, ""))
 
     def _queue_jobs(self, options: Any) -> Iterator[Any]:
         from opentelemetry.metrics import Observation

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing: a span per enqueue, per claim and per attempt, in one trace.
+"""OpenTelemetry tracing: a span per enqueue and per attempt, in one trace.
 
 On ``opentelemetry-api`` (``pip install django-hopper[otel]``); without it this
 module does nothing and nothing is connected. Configure an SDK (a
@@ -9,20 +9,21 @@ without one the API's no-op tracer records nothing and hopper stores nothing.
   current span (the request's, with Django instrumentation). Its context is
   stored with the jobs, in ``metadata["otel"]`` (W3C ``traceparent``), so the
   trace survives the database.
-* ``claim {queue}`` (CONSUMER) runs from the claim (the database's
-  ``attempted_at``) to the start of the attempt: the time the job waited in
-  the worker.
-* ``run {kind}`` (CONSUMER) covers the attempt. It is current while the job's
-  function runs, so spans the job makes (queries, HTTP calls, jobs it
-  enqueues) are its children. A failed attempt records its exception and an
-  error status.
+* ``run {kind}`` (CONSUMER) covers one attempt, from its claim (the
+  database's ``attempted_at``) to its result, with a ``started`` event when
+  the job's function starts (the time between is the wait in the worker). It
+  is current while the function runs, so spans the job makes (queries, HTTP
+  calls, jobs it enqueues) are its children. A failed attempt records its
+  exception and an error status.
 
-Each attempt's claim and run spans are children of the enqueue span, so every
+Each attempt's span is a child of the enqueue span, so every
 retry, and every step of a workflow enqueued in one call, lands in the trace
 of the request that enqueued it. Attributes follow the OpenTelemetry messaging
 semantic conventions (``messaging.system``, ``messaging.destination.name``,
 ``messaging.operation.type``, ``messaging.message.id``) plus
-``hopper.job.kind`` and ``hopper.job.attempt``.
+``hopper.job.kind`` and ``hopper.job.attempt``: few, since each attribute
+costs every attempt. One span per attempt, not one per claim and one per run,
+for the same reason.
 """
 
 from __future__ import annotations
@@ -133,45 +134,28 @@ class TracingSink(Sink):
     # -- attempts ------------------------------------------------------------
 
     def started(self, job: JobRow) -> None:
-        """Record the claim span and open the run span, current in the attempt's thread."""
+        """Open the attempt's span (from its claim), current in the attempt's thread."""
         metadata = job.metadata if isinstance(job.metadata, dict) else {}
         carrier = metadata.get(METADATA_KEY)
         parent = propagate.extract(carrier) if isinstance(carrier, dict) else None
-        attributes: dict[str, Any] = {
-            "messaging.system": SYSTEM,
-            "messaging.destination.name": job.queue,
-            "messaging.message.id": str(job.id),
-            "messaging.client.id": str(job.attempted_by),
-            "hopper.job.kind": job.kind,
-            "hopper.job.attempt": job.attempt,
-            "hopper.job.max_attempts": job.max_attempts,
-        }
         now = time.time_ns()
-        claim = self.tracer.start_span(
-            f"claim {job.queue}",
-            context=parent,
-            kind=SpanKind.CONSUMER,
-            attributes={
-                **attributes,
-                "messaging.operation.type": "receive",
-                "messaging.operation.name": "claim",
-            },
-            start_time=_ns(job.attempted_at, now),
-        )
-        if not claim.is_recording():
-            return
-        claim.end(end_time=now)
         span = self.tracer.start_span(
             f"run {job.kind}",
             context=parent,
             kind=SpanKind.CONSUMER,
             attributes={
-                **attributes,
+                "messaging.system": SYSTEM,
                 "messaging.operation.type": "process",
-                "messaging.operation.name": "run",
+                "messaging.destination.name": job.queue,
+                "messaging.message.id": str(job.id),
+                "hopper.job.kind": job.kind,
+                "hopper.job.attempt": job.attempt,
             },
-            start_time=now,
+            start_time=_ns(job.attempted_at, now),
         )
+        if not span.is_recording():
+            return
+        span.add_event("started", timestamp=now)
         # Made current by setting the context, not attach/detach with a token:
         # the attempt may end in another context than it started in (a sync
         # timeout ends it from the main thread; an async job's signals run in
