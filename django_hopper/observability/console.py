@@ -8,7 +8,7 @@ logs. When it does not, ``hopper_worker`` installs one stderr handler itself
 
 Verbosity follows Django's ``-v``: 0 errors only; 1 (default) the start and
 stop lines, failed, retried, discarded, rescued, timed-out and canceled jobs,
-leader changes, queue controls and lost connections; 2 adds a line per
+leader changes and failed database calls; 2 adds a line per
 started and finished job with its duration, and tracebacks; 3 everything the
 library logs at DEBUG.
 """
