@@ -33,8 +33,10 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "img"
 PASSWORD = "pw-for-browser-tests"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Chromium for one test module; Playwright's event loop stops with it, so the
+    rest of the suite's async tests run without a loop left in the main thread."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium; make test does)")
     sync_api = pytest.importorskip("playwright.sync_api")
