@@ -273,6 +273,9 @@ class Client(models.Model):
     started_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     info = models.JSONField(default=dict, blank=True)
+    #: Jobs this client completed without archiving them, per queue, over the
+    #: minute before its last renewal: ``stats`` adds them to the history's count.
+    completed = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "hopper_client"

@@ -272,6 +272,9 @@ class ClientRegisterParams:
 class ClientRenewParams:
     client_id: int
     ttl: dt.timedelta
+    #: Jobs the client completed without archiving them in the last minute, per
+    #: queue (history does not count them); None leaves the last report in place.
+    completed: Mapping[str, int] | None = None
     now: dt.datetime | None = None
 
 

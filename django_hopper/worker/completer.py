@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -98,6 +99,9 @@ class Completer:
         #: Results applied and refused, for tests and stats.
         self.applied = 0
         self.refused = 0
+        #: Per applied batch: when, and its completed-but-not-archived jobs per
+        #: queue, which history will not count (read by the heartbeat).
+        self._unarchived: deque[tuple[float, dict[str, int]]] = deque()
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -200,9 +204,12 @@ class Completer:
                 [r.job for r in batch if (r.finalize.id, r.finalize.fence) in applied],
             )
         debug = logger.isEnabledFor(logging.DEBUG)
+        unarchived: dict[str, int] = {}
         for r in batch:
             if (r.finalize.id, r.finalize.fence) in applied:
                 self.applied += 1
+                if r.finalize.state == "completed" and not r.finalize.archive:
+                    unarchived[r.job.queue] = unarchived.get(r.job.queue, 0) + 1
                 if debug:
                     job_logger(r.job, logger).debug("finalized as %s", r.finalize.state)
             else:
@@ -212,6 +219,26 @@ class Completer:
                     "(it was rescued, or this worker's lease expired); dropped",
                     r.finalize.state,
                 )
+
+        if unarchived:
+            with self._cond:
+                self._unarchived.append((time.monotonic(), unarchived))
+
+    def completed_unarchived(self, window: float = 60.0) -> dict[str, int]:
+        """Return the jobs completed without archiving in the last ``window`` seconds, per queue.
+
+        ``stats`` counts completions from history; the heartbeat reports these
+        so a job deleted at completion is counted too, with no write per job.
+        """
+        horizon = time.monotonic() - window
+        out: dict[str, int] = {}
+        with self._cond:
+            while self._unarchived and self._unarchived[0][0] < horizon:
+                self._unarchived.popleft()
+            for _, counts in self._unarchived:
+                for queue, n in counts.items():
+                    out[queue] = out.get(queue, 0) + n
+        return out
 
     def _apply(self, batch: list[Result]) -> None:
         delay = Backoff(0.05, 5.0)

@@ -37,6 +37,7 @@ class Heartbeat:
         client_ttl: float,
         interval: float,
         maintainer: Maintainer | None = None,
+        completed: Callable[[], dict[str, int]] | None = None,
     ) -> None:
         self.engine = engine
         self.control = control
@@ -45,6 +46,7 @@ class Heartbeat:
         self.client_ttl = client_ttl
         self.interval = interval
         self.maintainer = maintainer
+        self.completed = completed
         self.last_renewed = time.monotonic()
 
     def run_once(self) -> bool:
@@ -67,7 +69,10 @@ class Heartbeat:
         if control.client_id is None:
             return False
         ttl = dt.timedelta(seconds=self.client_ttl)
-        result = self.engine.client_renew(ClientRenewParams(client_id=control.client_id, ttl=ttl))
+        completed = self.completed() if self.completed is not None else None
+        result = self.engine.client_renew(
+            ClientRenewParams(client_id=control.client_id, ttl=ttl, completed=completed)
+        )
         if not result.renewed:
             self.fence()
             return False

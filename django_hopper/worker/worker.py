@@ -184,6 +184,7 @@ class Worker:
             client_ttl=float(self.config.client_ttl or 30),
             interval=float(self.config.heartbeat_interval or 5),
             maintainer=self.maintainer,
+            completed=self.completer.completed_unarchived,
         )
         self.notifier = Notifier(self.engine, self.control)
         self._threads: list[threading.Thread] = []

@@ -115,3 +115,32 @@ def test_stats__depths_oldest_claimable_completions_pause_and_cluster_state(
     assert stats.leader == other_client_id
     assert stats.running_by_client == {client_id: 1}
     assert controls(engine).stats(now=db_now + 2 * MINUTE).queues["s"].completed_last_minute == 0
+
+
+def test_stats__adds_the_unarchived_completions_live_clients_report(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int, other_client_id: int
+) -> None:
+    insert(engine, db_now, queue="r")
+    (done,) = claim(engine, client_id, db_now, queue="r", limit=1)
+    finalize(engine, db_now, result(done, "completed"))  # archived: counted from history
+    for cid, report in ((client_id, {"r": 2, "gone": 1}), (other_client_id, {"r": 3})):
+        renewed = engine.client_renew(
+            ClientRenewParams(client_id=cid, ttl=MINUTE, completed=report, now=db_now)
+        )
+        assert renewed.renewed
+    # A renewal without a report keeps the last one.
+    engine.client_renew(ClientRenewParams(client_id=client_id, ttl=MINUTE, now=db_now))
+
+    stats = controls(engine).stats(now=db_now + SECOND)
+    assert stats.queues["r"].completed_last_minute == 1 + 2 + 3
+    assert stats.queues["gone"].completed_last_minute == 1
+    assert stats.queues["gone"].available == 0
+
+    # An empty report replaces the last one; an expired client's report no longer counts.
+    engine.client_renew(
+        ClientRenewParams(client_id=other_client_id, ttl=SECOND, completed={}, now=db_now)
+    )
+    assert controls(engine).stats(now=db_now + SECOND).queues["r"].completed_last_minute == 1 + 2
+    later = controls(engine).stats(now=db_now + 2 * MINUTE).queues
+    assert "gone" not in later
+    assert "r" not in later or later["r"].completed_last_minute == 0

@@ -36,6 +36,8 @@ pytestmark = [pytest.mark.processes, requires_postgres]
 #: nullable column without a default), and why that is acceptable.
 BRIEF_ACCESS_EXCLUSIVE = {
     "0002_workflows_periodic": "ADD COLUMN step (nullable, no default): a catalog change",
+    "0007_client_completed": "ADD COLUMN completed (nullable, no default) on the small "
+    "clients table: a catalog change",
 }
 #: How long the worker's transaction stays open during each step (seconds).
 HOLD = 2.0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from django_hopper.engine.base import Listener
 from django_hopper.engine.params import (
@@ -16,6 +16,13 @@ from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.support import PostgresSupport
 from django_hopper.exceptions import DatabaseError
 from django_hopper.types import CHANNEL_LEADER, ClientRow, ControlMessage, QueueRow
+
+
+def _completed_json(completed: Mapping[str, int] | None) -> str | None:
+    """Encode a renewal's completions report, or None to keep the last one."""
+    if completed is None:
+        return None
+    return convert.dump_json({str(k): int(v) for k, v in completed.items()}, "completed")
 
 
 class ClientsMixin(PostgresSupport):
@@ -58,7 +65,12 @@ class ClientsMixin(PostgresSupport):
         """Extend an unexpired lease and read the control state, in one statement."""
         row = self._fetchone(
             "client_renew",
-            {"client_id": params.client_id, "ttl": params.ttl, "now": params.now},
+            {
+                "client_id": params.client_id,
+                "ttl": params.ttl,
+                "completed": _completed_json(params.completed),
+                "now": params.now,
+            },
             prepare=True,
         )
         assert row is not None

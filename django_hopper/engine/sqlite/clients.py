@@ -61,7 +61,14 @@ class ClientsMixin(SQLiteSupport):
     def _client_renew(self, params: ClientRenewParams) -> ClientRenewResult:
         """Extend an unexpired lease and return the control state the client re-reads."""
         now, now_s = self._now(params.now)
-        args = {"id": params.client_id, "now": now_s, "expires_at": db_time(now + params.ttl)}
+        args = {
+            "id": params.client_id,
+            "now": now_s,
+            "expires_at": db_time(now + params.ttl),
+            "completed": None
+            if params.completed is None
+            else json.dumps({str(k): int(v) for k, v in params.completed.items()}),
+        }
         with self._cursor() as c:
             c.execute(Q["client_renew"], args)
             renewed = bool(c.rowcount)

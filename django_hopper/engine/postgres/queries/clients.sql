@@ -12,7 +12,8 @@ RETURNING id
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 renewed AS (
     UPDATE hopper_client cl
-    SET expires_at = c.now + %(ttl)s::interval
+    SET expires_at = c.now + %(ttl)s::interval,
+        completed = coalesce(%(completed)s::jsonb, cl.completed)
     FROM clock c
     WHERE cl.id = %(client_id)s AND cl.expires_at > c.now
     RETURNING cl.id

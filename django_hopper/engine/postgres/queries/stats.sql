@@ -2,7 +2,8 @@
 
 -- name: stats
 -- Per queue: depths by state, the oldest claimable job's age, completions in
--- the last minute (history by finalized_at) and the pause. Queues known from
+-- the last minute (history by finalized_at, plus what live clients report of
+-- the jobs they completed without archiving) and the pause. Queues known from
 -- their row, their live jobs or their recent completions.
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 live AS (
@@ -25,21 +26,33 @@ done AS (
       AND h.state = 'completed'
     GROUP BY h.queue
 ),
+reported AS (
+    -- Completions not archived: each live client reports its own last minute.
+    SELECT e.key AS queue, sum(e.value::bigint) AS completed
+    FROM hopper_client cl
+    CROSS JOIN clock c
+    CROSS JOIN LATERAL jsonb_each_text(cl.completed) e
+    WHERE cl.expires_at > c.now AND jsonb_typeof(cl.completed) = 'object'
+      AND e.value ~ '^[0-9]+$'
+    GROUP BY e.key
+),
 names AS (
     SELECT name AS queue FROM hopper_queue
     UNION SELECT queue FROM live
     UNION SELECT queue FROM done
+    UNION SELECT queue FROM reported
 )
 SELECT n.queue,
        coalesce(l.available, 0), coalesce(l.scheduled, 0), coalesce(l.retryable, 0),
        coalesce(l.running, 0),
        CASE WHEN l.oldest IS NULL THEN interval '0' ELSE greatest(c.now - l.oldest, interval '0') END,
-       coalesce(d.completed, 0),
+       coalesce(d.completed, 0) + coalesce(r.completed, 0),
        coalesce(q.paused_at IS NOT NULL, false)
 FROM names n
 CROSS JOIN clock c
 LEFT JOIN live l ON l.queue = n.queue
 LEFT JOIN done d ON d.queue = n.queue
+LEFT JOIN reported r ON r.queue = n.queue
 LEFT JOIN hopper_queue q ON q.name = n.queue
 ORDER BY n.queue
 

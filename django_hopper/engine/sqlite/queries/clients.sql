@@ -15,7 +15,7 @@ RETURNING id;
 -- name: client_renew
 -- Only an unexpired lease is extended: an expired client has been fenced.
 UPDATE hopper_client
-SET expires_at = %(expires_at)s
+SET expires_at = %(expires_at)s, completed = coalesce(%(completed)s, completed)
 WHERE id = %(id)s AND expires_at > %(now)s;
 
 -- name: client_renew.control
