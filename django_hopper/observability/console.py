@@ -8,7 +8,8 @@ logs. When it does not, ``hopper_worker`` installs one stderr handler itself
 
 Verbosity follows Django's ``-v``: 0 errors only; 1 (default) the start and
 stop lines, failed, retried, discarded, rescued, timed-out and canceled jobs,
-leader changes and failed database calls; 2 adds a line per
+leader changes, queue pause/resume/limits changes and lost and regained
+database connections; 2 adds a line per
 started and finished job with its duration, and tracebacks; 3 everything the
 library logs at DEBUG.
 """

@@ -26,7 +26,12 @@ from django_hopper.engine.params import (
     JobFinalizeParams,
     WorkflowPromoteParams,
 )
-from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
+from django_hopper.worker.db import (
+    Backoff,
+    ConnectionWatch,
+    close_thread_connections,
+    reset_connection,
+)
 from django_hopper.worker.logs import job_logger
 
 if TYPE_CHECKING:
@@ -242,20 +247,14 @@ class Completer:
 
     def _apply(self, batch: list[Result]) -> None:
         delay = Backoff(0.05, 5.0)
-        failing_since: float | None = None
+        watch = ConnectionWatch(f"applying {len(batch)} results")
         while True:
             try:
                 self.flush_once(batch)
-                if failing_since is not None:
-                    logger.warning(
-                        "applied %d results after %.1fs of failures",
-                        len(batch),
-                        time.monotonic() - failing_since,
-                    )
+                watch.ok()
                 return
-            except Exception:
-                if failing_since is None:
-                    failing_since = time.monotonic()
+            except Exception as exc:
+                watch.failed(exc)
                 reset_connection(self.engine.alias)
                 with self._cond:
                     if self._abort:
@@ -265,11 +264,5 @@ class Completer:
                         )
                         return
                 wait = delay.next()
-                logger.warning(
-                    "applying %d results failed; retrying in %.2fs",
-                    len(batch),
-                    wait,
-                    exc_info=True,
-                )
                 with self._cond:
                     self._cond.wait_for(lambda: self._abort, timeout=wait)

@@ -33,6 +33,29 @@ def _no_cancel(job_id: JobID) -> bool:
     return False
 
 
+def log_control_changes(
+    paused_before: set[str],
+    paused: set[str],
+    limited_before: set[str] | None = None,
+    limited: set[str] | None = None,
+) -> None:
+    """Log each queue an operator paused, resumed, limited or unlimited (console lines).
+
+    Only changes are said: a renewal that repeats the state already known
+    prints nothing, so each operator action is one line per worker.
+    """
+    for q in sorted(paused - paused_before):
+        logger.info("queue %s paused: nothing more is claimed from it", q)
+    for q in sorted(paused_before - paused):
+        logger.info("queue %s resumed", q)
+    if limited_before is None or limited is None:
+        return
+    for q in sorted(limited - limited_before):
+        logger.info("queue %s limits set: claims follow its concurrency and rate limits", q)
+    for q in sorted(limited_before - limited):
+        logger.info("queue %s limits removed", q)
+
+
 class ControlState:
     """What may be claimed now, and the wake-ups that act on a change at once."""
 
@@ -86,6 +109,7 @@ class ControlState:
         for job_id in cancel_requested:
             self.cancel(job_id)
         resumed = self.paused_queues - set(paused)
+        log_control_changes(self.paused_queues, set(paused), self.limited_queues, set(limited))
         self.paused_queues = set(paused)
         self.limited_queues = set(limited)
         for queue in resumed:
@@ -99,16 +123,22 @@ class ControlState:
         elif msg.action == ControlAction.CANCEL and msg.job_id is not None:
             self.cancel(msg.job_id)
         elif msg.action == ControlAction.PAUSE and msg.queue:
-            self.paused_queues = self.paused_queues | {msg.queue}
+            paused = self.paused_queues | {msg.queue}
+            log_control_changes(self.paused_queues, paused)
+            self.paused_queues = paused
         elif msg.action == ControlAction.RESUME and msg.queue:
-            self.paused_queues = self.paused_queues - {msg.queue}
+            paused = self.paused_queues - {msg.queue}
+            log_control_changes(self.paused_queues, paused)
+            self.paused_queues = paused
             self.wake(msg.queue)
         elif msg.action == ControlAction.LIMITS and msg.queue:
             # Switch paths at once: an unlimited claim of a limited queue takes nothing.
             if msg.limited:
-                self.limited_queues = self.limited_queues | {msg.queue}
+                limited = self.limited_queues | {msg.queue}
             else:
-                self.limited_queues = self.limited_queues - {msg.queue}
+                limited = self.limited_queues - {msg.queue}
+            log_control_changes(set(), set(), self.limited_queues, limited)
+            self.limited_queues = limited
             producer = self.producers.get(msg.queue)
             if producer is not None:
                 producer.hold_until = 0.0

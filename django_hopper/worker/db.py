@@ -9,6 +9,7 @@ backend), so that the next call reconnects instead of failing forever.
 from __future__ import annotations
 
 import logging
+import time
 
 from django.db import connections
 
@@ -54,3 +55,31 @@ class Backoff:
     def reset(self) -> None:
         """Start again from the first delay."""
         self.current = self.first
+
+
+class ConnectionWatch:
+    """Say once that the database was lost, and once that it came back.
+
+    A loop that retries a database call every few hundred milliseconds would
+    otherwise print a traceback per retry; the console shows one line when
+    the first call fails (the traceback at DEBUG) and one when a call works
+    again, with how long the database was away.
+    """
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.lost_at: float | None = None
+
+    def failed(self, exc: BaseException) -> None:
+        """Record a failed call: a WARNING the first time, DEBUG after that."""
+        if self.lost_at is None:
+            self.lost_at = time.monotonic()
+            logger.warning("lost the database connection (%s): %s", self.what, exc)
+        logger.debug("%s failed", self.what, exc_info=exc)
+
+    def ok(self) -> None:
+        """Record a call that worked: an INFO line if the database was lost."""
+        if self.lost_at is not None:
+            away = time.monotonic() - self.lost_at
+            self.lost_at = None
+            logger.info("database connection regained (%s) after %.1fs", self.what, away)

@@ -9,7 +9,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django_hopper.engine.params import ClientRenewParams
-from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
+from django_hopper.worker.db import (
+    Backoff,
+    ConnectionWatch,
+    close_thread_connections,
+    reset_connection,
+)
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -107,19 +112,21 @@ class Heartbeat:
         interval = self.interval
         ttl = self.client_ttl
         delay = Backoff(0.1, max(interval / 2, 0.1))
+        watch = ConnectionWatch("renewing the client lease")
         try:
             while not control.stopping_hard.is_set():
                 try:
                     self.run_once()
                     delay.reset()
+                    watch.ok()
                     wait = interval
-                except Exception:
+                except Exception as exc:
                     reset_connection(self.engine.alias)
                     wait = min(delay.next(), interval)
                     if time.monotonic() - self.last_renewed > ttl and not control.suspended:
                         control.suspended = True
                         logger.error("client lease not renewed for %.1fs: claiming paused", ttl)
-                    logger.warning("renewing the client lease failed", exc_info=True)
+                    watch.failed(exc)
                 control.renew.wait(wait)
                 control.renew.clear()
         finally:

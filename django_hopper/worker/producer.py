@@ -10,7 +10,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django_hopper.engine.params import JobClaimParams
-from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
+from django_hopper.worker.db import (
+    Backoff,
+    ConnectionWatch,
+    close_thread_connections,
+    reset_connection,
+)
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -155,7 +160,7 @@ class Producer:
         stopping = self.control.stopping
         poll = self.poll_interval
         delay = Backoff(0.1, 5.0)
-        failing_since: float | None = None
+        watch = ConnectionWatch(f"claiming from queue {self.queue}")
         self.wake.set()  # claim at start
         try:
             while not stopping.is_set():
@@ -172,25 +177,11 @@ class Producer:
                 try:
                     self.claim_once()
                     delay.reset()
-                    if failing_since is not None:
-                        logger.warning(
-                            "claiming from queue %s again after %.1fs of failures",
-                            self.queue,
-                            time.monotonic() - failing_since,
-                        )
-                        failing_since = None
-                except Exception:
+                    watch.ok()
+                except Exception as exc:
                     reset_connection(self.engine.alias)
-                    if failing_since is None:
-                        failing_since = time.monotonic()
-                    wait = delay.next()
-                    logger.warning(
-                        "claiming from queue %s failed; retrying in %.2fs",
-                        self.queue,
-                        wait,
-                        exc_info=True,
-                    )
-                    stopping.wait(wait)
+                    watch.failed(exc)
+                    stopping.wait(delay.next())
                     self.wake.set()
         finally:
             close_thread_connections()
