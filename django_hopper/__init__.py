@@ -6,6 +6,7 @@ The public API is imported lazily so that importing ``django_hopper`` (as
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0.dev0"
@@ -138,7 +139,6 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'django_hopper' has no attribute {name!r}")
-    from importlib import import_module
 
     return getattr(import_module(module), name)
 

@@ -13,6 +13,19 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from django.db import transaction
+
+from django_hopper import signals, validation
+from django_hopper.engine import get_engine
+from django_hopper.engine.params import (
+    JobCancelManyParams,
+    JobCancelParams,
+    JobDeleteManyParams,
+    JobDeleteParams,
+    JobListParams,
+    JobRetryManyParams,
+    JobRetryParams,
+)
 from django_hopper.exceptions import InvalidJob, NotFound
 from django_hopper.types import JobState
 
@@ -47,7 +60,6 @@ def parse_job_id(value: Any, field: str = "job_id") -> uuid.UUID:
 
 
 def _engine() -> BaseEngine:
-    from django_hopper.engine import get_engine
 
     return get_engine()
 
@@ -69,7 +81,6 @@ def cancel_job(job_id: uuid.UUID | str) -> JobRow:
     the returned row, with ``cancel_requested_at`` set). A finished job is
     returned unchanged. Raises NotFound for an unknown job.
     """
-    from django_hopper.engine.params import JobCancelParams
 
     engine = _engine()
     jid = parse_job_id(job_id)
@@ -92,9 +103,6 @@ def _announce_ending(row: JobRow, alias: str) -> None:
     ``task_finished``). The signal waits for the caller's transaction: a
     rolled-back cancel ended nothing.
     """
-    from django.db import transaction
-
-    from django_hopper import signals
 
     if not signals.jobs_ended.receivers:
         return
@@ -104,9 +112,6 @@ def _announce_ending(row: JobRow, alias: str) -> None:
 
 def _announce_endings(rows: list[JobRow], alias: str) -> None:
     """Send ``jobs_ended`` once for jobs a bulk cancel ended, once the cancel commits."""
-    from django.db import transaction
-
-    from django_hopper import signals
 
     if not signals.jobs_ended.receivers:
         return
@@ -123,7 +128,6 @@ def retry_job(job_id: uuid.UUID | str, *, from_start: bool = False) -> JobRow:
     recorded progress. Raises JobRunning for a running job, UniqueConflict if
     a live job holds its unique key, NotFound for an unknown job.
     """
-    from django_hopper.engine.params import JobRetryParams
 
     if not isinstance(from_start, bool):
         raise InvalidJob(
@@ -138,7 +142,6 @@ def delete_job(job_id: uuid.UUID | str) -> JobRow:
     Raises JobRunning for a running job (cancel it instead), NotFound for an
     unknown job.
     """
-    from django_hopper.engine.params import JobDeleteParams
 
     return _engine().job_delete(JobDeleteParams(id=parse_job_id(job_id)))
 
@@ -157,7 +160,6 @@ def cancel_jobs(job_ids: Iterable[uuid.UUID | str]) -> JobManyResult:
     every ID to a ``JobOutcome``: canceled, cancel_requested (running),
     finished (nothing to cancel) or not_found.
     """
-    from django_hopper.engine.params import JobCancelManyParams
 
     engine = _engine()
     result = engine.job_cancel_many(JobCancelManyParams(ids=_ids(job_ids)))
@@ -174,7 +176,6 @@ def retry_jobs(job_ids: Iterable[uuid.UUID | str], *, from_start: bool = False) 
     unique_conflict, not_found) and leaves that job unchanged; the others are
     retried.
     """
-    from django_hopper.engine.params import JobRetryManyParams
 
     if not isinstance(from_start, bool):
         raise InvalidJob(
@@ -185,7 +186,6 @@ def retry_jobs(job_ids: Iterable[uuid.UUID | str], *, from_start: bool = False) 
 
 def delete_jobs(job_ids: Iterable[uuid.UUID | str]) -> JobManyResult:
     """Delete many jobs at once, each as :func:`delete_job` would; running ones are refused."""
-    from django_hopper.engine.params import JobDeleteManyParams
 
     return _engine().job_delete_many(JobDeleteManyParams(ids=_ids(job_ids)))
 
@@ -228,9 +228,6 @@ def list_jobs(
     ``metadata`` keeps jobs whose metadata contains the given object.
     ``ordering_key`` needs ``queue`` (a key is a lane within its queue).
     """
-    from django_hopper import validation
-    from django_hopper.engine.params import JobListParams
-    from django_hopper.types import JobState
 
     state_tuple = _strings(states, "states")
     for state in state_tuple:

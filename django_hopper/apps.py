@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from django.apps import AppConfig
+from django.conf import settings
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -15,7 +16,7 @@ class HopperConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_hopper import checks, observability, periodic, topology  # noqa: F401
+        from django_hopper import checks, observability, periodic, topology  # noqa: F401, PLC0415 - registers checks and signal handlers once the app registry is ready
 
         observability.setup()  # tracing and metrics, when their packages are installed
 
@@ -28,7 +29,7 @@ class HopperConfig(AppConfig):
         The runtime sits below the API modules and never imports them; this
         is the hook through which it syncs what they declare.
         """
-        from django_hopper.worker.declarations import SETUP_DECLARATIONS
+        from django_hopper.worker.declarations import SETUP_DECLARATIONS  # noqa: PLC0415 - needs the app registry
 
         if _sync_declared not in SETUP_DECLARATIONS:
             SETUP_DECLARATIONS.append(_sync_declared)
@@ -45,9 +46,8 @@ class HopperConfig(AppConfig):
         connects its receivers, when a ``TASKS`` entry uses it. The lower
         layers never import it themselves (imports point down).
         """
-        from django.conf import settings
 
-        from django_hopper import registry, tasks_compat
+        from django_hopper import registry, tasks_compat  # noqa: PLC0415 - needs the app registry
 
         registry.register_resolver(tasks_compat.job_function_for)
         tasks = getattr(settings, "TASKS", None) or {}
@@ -57,12 +57,12 @@ class HopperConfig(AppConfig):
             isinstance(cfg, dict) and str(cfg.get("BACKEND", "")).startswith("django_hopper.")
             for cfg in tasks.values()
         ):
-            import django_hopper.tasks  # noqa: F401
+            import django_hopper.tasks  # noqa: F401, PLC0415 - loaded only when a TASKS backend is this package
 
 
 def _sync_declared(engine: BaseEngine) -> object:
     """Upsert the subscriptions and stream consumers the code declares (a worker's setup)."""
     # Imported when a worker sets up, not in every process's start-up.
-    from django_hopper.streams import sync_declared
+    from django_hopper.streams import sync_declared  # noqa: PLC0415 - needs the app registry
 
     return sync_declared(engine)

@@ -19,12 +19,20 @@ Each callback's metadata carries ``batch_id``.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from django.db import transaction
+
 from django_hopper import signals
+from django_hopper.api import parse_job_id
+from django_hopper.engine import get_engine
+from django_hopper.engine.params import BatchInsertParams, JobInsertOpts
 from django_hopper.exceptions import InvalidJob, NotFound
+from django_hopper.jobs import JobFunction, JobHandle, PreparedJob, resolve
+from django_hopper.validation import json_normalize
 
 if TYPE_CHECKING:
     from django_hopper.engine.params import JobInsertParams
@@ -45,7 +53,6 @@ def call_params(
     A prepared job (``fn.prepare(...)``) carries its own arguments, so it takes
     no others: both ways of describing a job are accepted wherever one is added.
     """
-    from django_hopper.jobs import JobFunction, PreparedJob, resolve
 
     if isinstance(fn, PreparedJob):
         if args or kwargs:
@@ -137,14 +144,6 @@ class Batch:
 
     def enqueue(self) -> BatchHandle:
         """Write the batch and its jobs atomically (inside the caller's transaction)."""
-        import dataclasses
-
-        from django.db import transaction
-
-        from django_hopper.engine import get_engine
-        from django_hopper.engine.params import BatchInsertParams, JobInsertOpts
-        from django_hopper.jobs import JobHandle
-        from django_hopper.validation import json_normalize
 
         if not self._calls:
             raise InvalidJob("a batch needs at least one job", field="jobs")
@@ -173,8 +172,6 @@ class Batch:
 
 def get_batch(batch_id: uuid.UUID | str, *, alias: str | None = None) -> BatchRow:
     """Return a batch's progress; raise NotFound if there is none."""
-    from django_hopper.api import parse_job_id
-    from django_hopper.engine import get_engine
 
     bid = parse_job_id(batch_id, "batch_id")
     row = get_engine(alias).batch_get(bid)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.checks import Error, Warning, register
+
+from django_hopper.conf import DEFAULTS, hopper_settings
+from django_hopper.validation import QUEUE_RE
 
 
 @register("hopper")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
-    from django.conf import settings
-
-    from django_hopper.conf import DEFAULTS, hopper_settings
 
     errors: list[Any] = []
     user = getattr(settings, "HOPPER", None) or {}
@@ -73,8 +74,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Any]:
             )
         )
     else:
-        from django_hopper.validation import QUEUE_RE
-
         for name, conc in queues.items():
             if not isinstance(name, str) or not QUEUE_RE.fullmatch(name):
                 errors.append(

@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django.conf import settings
+
 DEFAULTS: dict[str, Any] = {
     # The database alias hopper's tables live on and jobs are enqueued through.
     "DATABASE": "default",
@@ -95,7 +97,6 @@ class HopperSettings:
     """Attribute access to ``settings.HOPPER`` with defaults, read on each access."""
 
     def _user(self) -> dict[str, Any]:
-        from django.conf import settings
 
         value = getattr(settings, "HOPPER", None) or {}
         return dict(value)

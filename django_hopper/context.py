@@ -12,7 +12,10 @@ import datetime as dt
 import threading
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from django_hopper.exceptions import JobCanceled, JobFenced
+from asgiref.sync import sync_to_async
+
+from django_hopper.engine.params import JobRecordProgressParams
+from django_hopper.exceptions import InvalidJob, JobCanceled, JobFenced
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -117,11 +120,8 @@ class JobContext:
     # -- progress -----------------------------------------------------------
 
     def _progress_params(self, step: str, cursor: JSON) -> Any:
-        from django_hopper.engine.params import JobRecordProgressParams
 
         if self.progress_owner is not None:
-            from django_hopper.exceptions import InvalidJob
-
             raise InvalidJob(
                 f"this job's progress belongs to its {self.progress_owner}: recording "
                 "progress would overwrite where the run resumes (return Pass(cursor=...) "
@@ -158,7 +158,6 @@ class JobContext:
 
     async def arecord_progress(self, step: str, cursor: JSON = None) -> bool:
         """Store progress from an ``async def`` job (see :meth:`record_progress`)."""
-        from asgiref.sync import sync_to_async
 
         params = self._progress_params(step, cursor)
         progress = await sync_to_async(self._engine.job_record_progress)(params)

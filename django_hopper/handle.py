@@ -46,7 +46,7 @@ class JobHandle:
     def _engine(self) -> BaseEngine:
         # Imported here: importing the public API (``from django_hopper import job``)
         # must not load the engine layer, which needs settings.
-        from django_hopper.engine import get_engine
+        from django_hopper.engine import get_engine  # noqa: PLC0415 - keeps `from django_hopper import job` from loading the engine
 
         return get_engine(self._alias)
 

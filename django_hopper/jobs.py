@@ -48,6 +48,7 @@ from django_hopper.registry import (
     resolve,
 )
 from django_hopper.signals import job_enqueued
+from django_hopper.topology import queue_alias
 from django_hopper.types import ConflictAction
 
 if TYPE_CHECKING:
@@ -391,7 +392,7 @@ class JobFunction(Generic[P, R]):
         """
         # Imported here: importing the public API (``from django_hopper import job``)
         # must not load the engine layer, which needs settings.
-        from django_hopper.engine.params import JobInsertParams
+        from django_hopper.engine.params import JobInsertParams  # noqa: PLC0415 - keeps `from django_hopper import job` from loading the engine
 
         opts = self.options
         scheduled_at: dt.datetime | None = None
@@ -562,8 +563,7 @@ def _insert(entries: Sequence[_Entry]) -> list[JobHandle]:
     """
     # Imported here: the engine layer loads on the first enqueue, not with ``@job``
     # (importing the public API must not need settings).
-    from django_hopper.engine import get_engine
-    from django_hopper.topology import queue_alias
+    from django_hopper.engine import get_engine  # noqa: PLC0415 - keeps `from django_hopper import job` from loading the engine
 
     by_alias: dict[str, list[int]] = {}
     for i, (_, p) in enumerate(entries):
@@ -591,7 +591,7 @@ def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]
     """
     # Imported here: the engine layer loads on the first enqueue, not with ``@job``
     # (importing the public API must not need settings).
-    from django_hopper.engine.params import JobInsertOpts, JobInsertResult
+    from django_hopper.engine.params import JobInsertOpts, JobInsertResult  # noqa: PLC0415 - keeps `from django_hopper import job` from loading the engine
 
     plain: list[int] = []
     skip: list[int] = []

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import migrations
+from django.utils.module_loading import import_string
+
+from django_hopper.engine import ENGINES
 
 
 def _features(schema_editor: Any) -> Any:
-    from django.utils.module_loading import import_string
-
-    from django_hopper.engine import ENGINES
 
     path = ENGINES.get(schema_editor.connection.vendor)
     if path is None:

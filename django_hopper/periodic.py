@@ -43,7 +43,10 @@ from cronsim import CronSim, CronSimError
 from django.core.checks import Error, register
 
 from django_hopper import validation
+from django_hopper.conf import hopper_settings
+from django_hopper.engine.params import JobInsertParams, PeriodicRegistration
 from django_hopper.exceptions import InvalidJob
+from django_hopper.jobs import JobFunction, kind_of, registry
 
 if TYPE_CHECKING:
     from django_hopper.engine.params import JobInsertParams, PeriodicRegistration
@@ -200,7 +203,6 @@ class PeriodicDefinition:
         Options left to defaults are resolved here, from the ``@job``
         function if this process knows it and from ``HOPPER`` otherwise.
         """
-        from django_hopper.conf import hopper_settings
 
         queue, priority, max_attempts = self.queue, self.priority, self.max_attempts
         job_function = _job_function(self.kind)
@@ -235,7 +237,6 @@ class PeriodicDefinition:
 
     def registration(self) -> PeriodicRegistration:
         """Return the engine registration of this definition (JSON and digest)."""
-        from django_hopper.engine.params import PeriodicRegistration
 
         definition = self.to_json()
         return PeriodicRegistration(
@@ -255,7 +256,6 @@ def job_params(definition: Mapping[str, Any], name: str, slot: dt.datetime) -> J
     The job runs at once (the slot is due); its metadata names the periodic
     job and the slot, so listings and the admin can tell where it came from.
     """
-    from django_hopper.engine.params import JobInsertParams
 
     ttl = definition.get("ttl")
     return JobInsertParams(
@@ -279,7 +279,6 @@ def job_params(definition: Mapping[str, Any], name: str, slot: dt.datetime) -> J
 
 def _job_function(kind: str) -> Any:
     """Return the ``@job`` function of a kind if this process has it registered."""
-    from django_hopper.jobs import registry
 
     return registry.get(kind)
 
@@ -365,7 +364,6 @@ def define_periodic(
     is the kind) or a kind string. The name defaults to the kind; give one to
     run the same job on two schedules. Raises InvalidPeriodic naming the bad field.
     """
-    from django_hopper.jobs import JobFunction, kind_of
 
     if isinstance(job_function, JobFunction):
         kind = job_function.kind
@@ -445,7 +443,6 @@ def unregister_periodic(name: str) -> None:
 
 def setting_definitions() -> list[PeriodicDefinition]:
     """Return the definitions of ``HOPPER["PERIODIC"]``; raise InvalidPeriodic if one is bad."""
-    from django_hopper.conf import hopper_settings
 
     entries = hopper_settings.PERIODIC or []
     if not isinstance(entries, list | tuple):

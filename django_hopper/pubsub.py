@@ -30,9 +30,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from django_hopper import validation
-from django_hopper.engine import topics
+from django_hopper.conf import hopper_settings
+from django_hopper.engine import get_engine, topics
+from django_hopper.engine.params import MessagePublishParams
 from django_hopper.engine.topics import Message
 from django_hopper.exceptions import InvalidJob
+from django_hopper.jobs import JobFunction, JobHandle
+from django_hopper.types import SubscriptionRow
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -67,7 +71,6 @@ class Subscription:
 
     def row(self) -> SubscriptionRow:
         """Return the engine row this declaration upserts."""
-        from django_hopper.types import SubscriptionRow
 
         return SubscriptionRow(
             name=self.name,
@@ -85,8 +88,6 @@ def kind_and_queue(job_fn: Any, queue: str | None) -> tuple[str, str]:
     ``job_fn`` is a ``@job`` function (its queue is the default) or a kind
     string (the default queue is then ``HOPPER["DEFAULT_QUEUE"]``).
     """
-    from django_hopper.conf import hopper_settings
-    from django_hopper.jobs import JobFunction
 
     if isinstance(job_fn, JobFunction):
         kind, default_queue = job_fn.kind, job_fn.queue
@@ -135,7 +136,6 @@ def sync_subscriptions(
     subscriptions: list[Subscription] | None = None, engine: BaseEngine | None = None
 ) -> int:
     """Upsert subscriptions (default: every declared one); return how many."""
-    from django_hopper.engine import get_engine
 
     subs = list(declared.values()) if subscriptions is None else subscriptions
     if subs:
@@ -145,7 +145,6 @@ def sync_subscriptions(
 
 def list_subscriptions() -> list[SubscriptionRow]:
     """Return every subscription recorded in the database, by name."""
-    from django_hopper.engine import get_engine
 
     return get_engine().subscription_list()
 
@@ -170,9 +169,6 @@ def publish(
     each subscription's handle is then its existing delivery, with
     ``duplicate=True``. ``delay`` and ``ttl`` are timedeltas or seconds.
     """
-    from django_hopper.engine import get_engine
-    from django_hopper.engine.params import MessagePublishParams
-    from django_hopper.jobs import JobHandle
 
     if delay is not None and not isinstance(delay, dt.timedelta):
         if not isinstance(delay, int | float) or isinstance(delay, bool):

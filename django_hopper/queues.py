@@ -12,7 +12,11 @@ import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from django_hopper import validation
+from django_hopper.engine import get_engine
+from django_hopper.engine.limits import validate_limits
+from django_hopper.engine.params import JobRetryOrderingKeyParams
 from django_hopper.exceptions import InvalidJob
+from django_hopper.types import QueueLimits
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -29,7 +33,6 @@ __all__ = [
 
 
 def _engine() -> BaseEngine:
-    from django_hopper.engine import get_engine
 
     return get_engine()
 
@@ -68,8 +71,6 @@ def check_queue_limits(
     Writes nothing, so a form can check each value on its own and show every
     error at once with the rules ``set_queue_limits`` applies.
     """
-    from django_hopper.engine.limits import validate_limits
-    from django_hopper.types import QueueLimits
 
     if burst is not None:
         if isinstance(burst, bool) or not isinstance(burst, int) or burst < 0:
@@ -121,7 +122,6 @@ def set_queue_limits(
 
 def list_queues() -> list[QueueRow]:
     """Return every known queue with its pause and limits."""
-    from django_hopper.engine import get_engine
 
     return get_engine().queue_list()
 
@@ -130,7 +130,6 @@ def retry_ordering_key(queue: str, key: str, *, limit: int = 1000) -> int:
     """Wake an ordering key: up to ``limit`` of its jobs waiting on a retry or a
     snooze run now (keeping their TTL), and a running one that snoozes or fails
     next runs again at once. Returns how many waiting jobs were woken."""
-    from django_hopper.engine.params import JobRetryOrderingKeyParams
 
     return _engine().job_retry_ordering_key(
         JobRetryOrderingKeyParams(queue=queue, ordering_key=key, limit=limit)

@@ -49,10 +49,23 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from django.db import transaction
 
-from django_hopper import validation
+from django_hopper import jobs, validation
+from django_hopper.api import parse_job_id
+from django_hopper.conf import hopper_settings
 from django_hopper.context import JobContext, JobSnooze
-from django_hopper.exceptions import HopperError, InvalidJob, JobCanceled, JobFenced
+from django_hopper.engine import get_engine
+from django_hopper.engine.params import (
+    JobClaimByIDParams,
+    JobFinalizeParams,
+    JobRecordProgressParams,
+    JobStepGetParams,
+    JobStepRecordParams,
+    JobStepsClearParams,
+)
+from django_hopper.exceptions import HopperError, InvalidJob, JobCanceled, JobFenced, NotFound
 from django_hopper.jobs import EnqueueOptions, JobFunction, JobHandle
+from django_hopper.worker.completer import settle_finished
+from django_hopper.worker.execution import _call_args, completed, failed, snoozed
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -239,7 +252,6 @@ class Run:
         the pass see the same value. ``retry`` more tries are made at once,
         each failure recorded in the ledger, before the error fails the pass.
         """
-        from django_hopper.engine.params import JobStepGetParams, JobStepRecordParams
 
         if name in self._seen:
             raise DuplicateStep(
@@ -283,7 +295,6 @@ class Run:
         discard a finished run). A finishing pass's progress is marked done, so
         a pass that runs again after such a crash returns the stored output.
         """
-        from django_hopper.engine.params import JobRecordProgressParams, JobStepsClearParams
 
         value = validation.json_normalize(cursor, "cursor")
         stored = stored_progress(value, self._counters, self._passes + 1, done=done)
@@ -333,7 +344,6 @@ def run_pass(
     next pass, at once) after a commit that is not the last; lets a failure
     propagate with nothing committed.
     """
-    from django_hopper.engine import get_engine
 
     run = Run(context, engine or get_engine(), claim_of(context))
     if run.finished:
@@ -422,19 +432,12 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
         what the claim by ID raises for a run that is not waiting (running
         elsewhere, finished, paused).
         """
-        from django_hopper.api import parse_job_id
-        from django_hopper.conf import hopper_settings
-        from django_hopper.engine import get_engine
-        from django_hopper.engine.params import JobClaimByIDParams, JobFinalizeParams
-        from django_hopper.worker.execution import _call_args, completed, failed, snoozed
 
         job_id = parse_job_id(job_id)
         engine = get_engine()
         ledger = engine
         current = engine.job_get(job_id)
         if current is None:
-            from django_hopper.exceptions import NotFound
-
             raise NotFound(f"no job {job_id}")
         leased = ledger.job_claim_by_id(
             JobClaimByIDParams(id=job_id, fence=current.fence, ttl=self.lease)
@@ -465,8 +468,6 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
         if not applied:
             raise JobFenced(f"job {job_id}: the lease expired before the pass ended")
         if job.batch_id is not None:
-            from django_hopper.worker.completer import settle_finished
-
             settle_finished(engine, [job])
         return outcome
 
@@ -489,7 +490,6 @@ def resumable(
     lease, and each step boundary renews it. A worker's claim is held by its
     client lease instead. ``max_attempts`` bounds consecutive failed passes.
     """
-    from django_hopper import jobs
 
     if queue is not None:
         validation.queue_name(queue)

@@ -29,12 +29,17 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from django_hopper.engine import topics
-from django_hopper.engine.params import StreamPumpResult
+from django_hopper.engine import get_engine, topics
+from django_hopper.engine.params import (
+    StreamAppendParams,
+    StreamPumpResult,
+    StreamReadParams,
+    StreamSeekParams,
+)
 from django_hopper.engine.topics import Message
 from django_hopper.exceptions import HopperError, InvalidJob, NotFound
 from django_hopper.jobs import job
-from django_hopper.pubsub import kind_and_queue
+from django_hopper.pubsub import kind_and_queue, sync_subscriptions
 from django_hopper.types import StreamConsumerRow, StreamEvent, StreamPosition, StreamStart
 
 if TYPE_CHECKING:
@@ -88,7 +93,6 @@ class Consumer:
 
 
 def _engine() -> BaseEngine:
-    from django_hopper.engine import get_engine
 
     return get_engine()
 
@@ -105,7 +109,6 @@ def append(
     ``key`` orders the event's deliveries: those of one key run one at a time,
     in position order, per consumer queue.
     """
-    from django_hopper.engine.params import StreamAppendParams
 
     return _engine().stream_append(
         StreamAppendParams(
@@ -124,7 +127,6 @@ def read(
     """Page through committed events after ``after`` whose topic matches, in position
     order: for browsing and tools. A consumer, not a loop over ``read``, is what
     never misses an event whose transaction commits late."""
-    from django_hopper.engine.params import StreamReadParams
 
     return _engine().stream_read(
         StreamReadParams(pattern=pattern, after=after or StreamPosition(), limit=limit)
@@ -174,7 +176,6 @@ def sync_consumers(
     consumers: list[Consumer] | None = None, engine: BaseEngine | None = None
 ) -> int:
     """Upsert consumers (default: every declared one); return how many."""
-    from django_hopper.engine import get_engine
 
     rows = list(declared.values()) if consumers is None else consumers
     if rows:
@@ -184,7 +185,6 @@ def sync_consumers(
 
 def sync_declared(engine: BaseEngine | None = None) -> int:
     """Upsert every subscription and consumer declared in code (a worker's start)."""
-    from django_hopper.pubsub import sync_subscriptions
 
     return sync_subscriptions(engine=engine) + sync_consumers(engine=engine)
 
@@ -204,7 +204,6 @@ def seek(
 ) -> StreamConsumerRow:
     """Move a consumer (exactly one target): the events after the new position are
     delivered, again if they were before. Raises NotFound for an unknown consumer."""
-    from django_hopper.engine.params import StreamSeekParams
 
     params = StreamSeekParams(position=position, time=time, earliest=earliest, latest=latest)
     try:

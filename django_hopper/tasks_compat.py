@@ -128,7 +128,7 @@ def job_function_for(obj: object) -> JobFunction[Any, Any] | None:
         return None
     # Imported here: the runner needs the whole backend, which a project that
     # never runs a task through hopper never loads.
-    from django_hopper.tasks.runner import job_function_for_task
+    from django_hopper.tasks.runner import job_function_for_task  # noqa: PLC0415 - import cycle: tasks.runner imports tasks_compat
 
     return job_function_for_task(obj)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
 from django_hopper.conf import hopper_settings
@@ -109,7 +110,6 @@ def describe(alias: str) -> str:
 
 
 def _vendor(alias: str) -> str:
-    from django.conf import settings
 
     engine = str(settings.DATABASES[alias].get("ENGINE", ""))
     if "postgres" in engine:
@@ -122,7 +122,6 @@ def _vendor(alias: str) -> str:
 @register("hopper")
 def check_topology(app_configs: Any = None, **kwargs: Any) -> list[Any]:
     """Check QUEUE_DATABASES, POOLERS and DIRECT_DATABASES against DATABASES."""
-    from django.conf import settings
 
     user = getattr(settings, "HOPPER", None) or {}
     if not isinstance(user, dict):
@@ -212,8 +211,8 @@ def undeclared_proxy(alias: str) -> str | None:
     """
     if pooler(alias) is not None or _vendor(alias) != "postgresql":
         return None
-    from django_hopper.engine import get_engine
-    from django_hopper.engine.postgres.base import PostgresEngine
+    from django_hopper.engine import get_engine  # noqa: PLC0415 - import cycle: the engine imports topology
+    from django_hopper.engine.postgres.base import PostgresEngine  # noqa: PLC0415 - import cycle: the postgres engine imports topology
 
     engine = get_engine(alias)
     assert isinstance(engine, PostgresEngine)

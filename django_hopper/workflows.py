@@ -28,8 +28,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django_hopper import signals
+from django_hopper.api import parse_job_id
 from django_hopper.batches import call_params
+from django_hopper.engine import get_engine
+from django_hopper.engine.params import JobDependency, WorkflowInsertParams
 from django_hopper.exceptions import InvalidJob, NotFound
+from django_hopper.jobs import JobHandle
+from django_hopper.types import DependencyFailure
+from django_hopper.validation import json_normalize
 
 if TYPE_CHECKING:
     from django_hopper.engine.params import JobInsertParams
@@ -128,7 +134,6 @@ class Workflow:
         ``on_failure`` is one policy for every edge, or a mapping from a
         dependency's step name to its policy (the others cancel).
         """
-        from django_hopper.types import DependencyFailure
 
         index = len(self.nodes)
         params = call_params(fn, args, kwargs, f"steps[{step or index}]")
@@ -198,10 +203,6 @@ class Workflow:
 
     def enqueue(self) -> WorkflowHandle:
         """Write the workflow atomically, inside the caller's transaction if there is one."""
-        from django_hopper.engine import get_engine
-        from django_hopper.engine.params import JobDependency, WorkflowInsertParams
-        from django_hopper.jobs import JobHandle
-        from django_hopper.validation import json_normalize
 
         engine = get_engine()
         result = engine.workflow_insert(
@@ -232,8 +233,6 @@ class Workflow:
 
 def get_workflow(workflow_id: uuid.UUID | str, *, alias: str | None = None) -> WorkflowRow:
     """Return a workflow's batch, jobs and edges; raise NotFound if there is none."""
-    from django_hopper.api import parse_job_id
-    from django_hopper.engine import get_engine
 
     wid = parse_job_id(workflow_id, "workflow_id")
     row = get_engine(alias).workflow_get(wid)

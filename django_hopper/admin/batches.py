@@ -28,6 +28,7 @@ from django_hopper.admin.common import (
     time_column,
 )
 from django_hopper.admin.graph import dag_svg
+from django_hopper.batches import get_batch
 from django_hopper.exceptions import HopperError
 from django_hopper.models import LIVE_STATES, Batch
 from django_hopper.workflows import get_workflow
@@ -102,7 +103,6 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
             parts = [f"{n} {s}" for s, n in sorted(states.items())]
             state = "open" if live else "finished"
             return f"{state}: {len(wf.jobs)} steps: {', '.join(parts) or 'none'}"
-        from django_hopper.batches import get_batch
 
         try:
             row = get_batch(obj.id)

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
+from django.contrib.contenttypes.models import ContentType
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -193,8 +195,6 @@ def audit(
     deletion: bool = False,
 ) -> None:
     """Record an operator action in Django's admin log: who, what, how many, the outcome."""
-    from django.contrib.admin.models import CHANGE, DELETION, LogEntry
-    from django.contrib.contenttypes.models import ContentType
 
     LogEntry.objects.create(
         user_id=request.user.pk,

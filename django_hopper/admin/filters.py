@@ -17,6 +17,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from django_hopper.jobs import registry
 from django_hopper.models import Job, Queue
 from django_hopper.types import FINAL_STATES, LIVE_STATES
 
@@ -75,7 +76,6 @@ class KindFilter(EqualsFilter):
     field = "kind"
 
     def choices_for(self, request: HttpRequest, model_admin: Any) -> list[str]:
-        from django_hopper.jobs import registry
 
         return sorted(registry)
 

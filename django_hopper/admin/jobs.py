@@ -33,6 +33,7 @@ from django_hopper.admin.common import (
 )
 from django_hopper.admin.filters import KindFilter, QueueFilter, StateFilter
 from django_hopper.exceptions import HopperError
+from django_hopper.jobs import registry
 from django_hopper.models import (
     Batch,
     Job,
@@ -114,7 +115,6 @@ class JobAdminBase(FieldsetsViewAdmin):
             return queryset.filter(id=uuid.UUID(term)), False
         except ValueError:
             pass
-        from django_hopper.jobs import registry
 
         needle = term.lower()
         kinds = {term, *(kind for kind in registry if needle in kind.lower())}

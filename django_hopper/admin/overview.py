@@ -23,6 +23,7 @@ from django.utils.safestring import SafeString
 
 from django_hopper.admin.common import admin_url, read_stats, seconds_text, time_text
 from django_hopper.admin.graph import bar_chart
+from django_hopper.engine import get_engine
 from django_hopper.models import Client, JobHistory, Queue
 from django_hopper.types import QueueStats
 
@@ -124,7 +125,6 @@ def last_hour(now: dt.datetime) -> dict[str, tuple[list[int], list[int], dt.time
 
 def overview_context(model_admin: admin.ModelAdmin, request: HttpRequest) -> dict[str, Any]:
     """Read what the overview shows: a stats read, the last hour, the queues and clients."""
-    from django_hopper.engine import get_engine
 
     now = get_engine().now()
     stats = read_stats(model_admin, request)

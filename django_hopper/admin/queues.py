@@ -30,6 +30,7 @@ from django_hopper.admin.common import (
     time_column,
 )
 from django_hopper.admin.filters import PausedFilter
+from django_hopper.admin.overview import overview_view
 from django_hopper.exceptions import HopperError, InvalidJob
 from django_hopper.models import (
     Queue,
@@ -311,7 +312,6 @@ class QueueAdmin(FieldsetsViewAdmin):
         """Show every queue, the last hour and the clients on one page (view permission)."""
         if not self.has_view_permission(request):
             raise PermissionDenied
-        from django_hopper.admin.overview import overview_view
 
         return overview_view(self, request)
 

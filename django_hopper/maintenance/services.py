@@ -7,17 +7,23 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from django_hopper import signals
 from django_hopper.conf import hopper_settings
 from django_hopper.engine.params import (
+    BatchSettleParams,
+    JobAgeParams,
     JobDiscardExpiredParams,
+    JobExpireLeasesParams,
     JobFinalize,
     JobFinalizeParams,
     JobRescueParams,
     JobScheduleParams,
+    StreamPruneParams,
+    WorkflowPromoteParams,
 )
 from django_hopper.engine.rules import rescued_state
 from django_hopper.maintenance.base import Service
@@ -177,7 +183,6 @@ class LeaseExpirer(Service):
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Expire one batch of due job leases; return how many attempts ended."""
-        from django_hopper.engine.params import JobExpireLeasesParams
 
         client_id = self.client_id()
         if client_id is None:
@@ -220,7 +225,6 @@ class Ager(Service):
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Age the queues whose interval has passed; return how many jobs were raised."""
-        from django_hopper.engine.params import JobAgeParams
 
         engine = self.engine
         at = now or self.engine.now()
@@ -271,9 +275,6 @@ class WorkflowSweeper(Service):
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Sweep one chunk of pending steps and of open batches; return rows changed."""
-        import time
-
-        from django_hopper.engine.params import BatchSettleParams, WorkflowPromoteParams
 
         engine = self.engine
         promoted = engine.workflow_promote_ready(
@@ -343,7 +344,6 @@ class StreamPruner(Service):
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Delete expired events a chunk at a time; return how many."""
-        from django_hopper.engine.params import StreamPruneParams
 
         engine = self.engine
         if self.retention <= 0:

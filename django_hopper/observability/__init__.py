@@ -15,12 +15,14 @@ and ``HOPPER["METRICS"]`` set to False turn them off.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django_hopper import signals
+from django_hopper.conf import hopper_settings
 
 if TYPE_CHECKING:
     from django.dispatch import Signal
@@ -90,8 +92,6 @@ def _call(method: str, *args: Any) -> list[Any]:
             try:
                 out.append(getattr(sink, method)(*args))
             except Exception:
-                import logging
-
                 logging.getLogger("django_hopper.observability").exception(
                     "%s.%s failed", type(sink).__name__, method
                 )
@@ -200,14 +200,13 @@ def setup() -> None:
     if _setup_done:
         return
     _setup_done = True
-    from django_hopper.conf import hopper_settings
 
     if hopper_settings.TRACING is not False:
-        from django_hopper.observability import tracing
+        from django_hopper.observability import tracing  # noqa: PLC0415 - import cycle: tracing imports Sink from this package
 
         if tracing.available():
             add_sink(tracing.TracingSink())
     if hopper_settings.METRICS is not False:
-        from django_hopper.observability import metrics
+        from django_hopper.observability import metrics  # noqa: PLC0415 - import cycle: metrics imports Sink from this package
 
         metrics.setup()

@@ -27,7 +27,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from django_hopper.observability import Sink
+from django.conf import settings
+
+from django_hopper import __version__
+from django_hopper.observability import Sink, add_sink, remove_sink
 
 if TYPE_CHECKING:
     from django_hopper.types import JobRow
@@ -96,7 +99,6 @@ def logging_configures_hopper() -> bool:
     children), or when the logger already has handlers (logging set up by
     hand, e.g. with ``LOGGING_CONFIG = None``).
     """
-    from django.conf import settings
 
     config = getattr(settings, "LOGGING", None) or {}
     loggers = config.get("loggers", {}) if isinstance(config, dict) else {}
@@ -130,7 +132,6 @@ def install_handler(
     level = {0: logging.ERROR, 1: logging.INFO, 2: logging.INFO}.get(verbosity, logging.DEBUG)
     root.setLevel(level)
     job_logger.setLevel(logging.DEBUG if verbosity >= 2 else logging.NOTSET)
-    from django.conf import settings
 
     configured = (getattr(settings, "LOGGING", None) or {}).get("loggers", {})
     tasks = [name for name in _TASK_LOGGERS if name not in configured] if verbosity >= 2 else []
@@ -285,7 +286,6 @@ class ConsoleSink(Sink):
 
     def worker_started(self, worker: Worker) -> None:
         """Log the start line: version, database, queues, processes, client, leader election."""
-        from django_hopper import __version__
 
         cid = worker.client_id
         with self._lock:
@@ -368,7 +368,6 @@ _console: ConsoleSink | None = None
 def configure(verbosity: int = 1, fmt: str = "text", processes: int = 1) -> ConsoleSink:
     """Set up the worker's console: the handler (unless configured) and the job-line sink."""
     global _console
-    from django_hopper.observability import add_sink, remove_sink
 
     install_handler(verbosity, fmt)
     if _console is not None:

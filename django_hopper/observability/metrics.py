@@ -51,6 +51,11 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+
+from django_hopper import __version__, queues
+from django_hopper.engine import get_engine
 from django_hopper.observability import Sink, add_sink
 
 if TYPE_CHECKING:
@@ -70,7 +75,7 @@ DEPTH_STATES = ("available", "scheduled", "retryable", "running")
 def prometheus_available() -> bool:
     """Return whether ``prometheus-client`` is installed."""
     try:
-        import prometheus_client  # noqa: F401
+        import prometheus_client  # noqa: F401, PLC0415 - optional dependency
     except ImportError:
         return False
     return True
@@ -79,7 +84,7 @@ def prometheus_available() -> bool:
 def otel_available() -> bool:
     """Return whether ``opentelemetry-api`` is installed."""
     try:
-        from opentelemetry import metrics  # noqa: F401
+        from opentelemetry import metrics  # noqa: F401, PLC0415 - optional dependency
     except ImportError:
         return False
     return True
@@ -115,10 +120,6 @@ class QueueDepth:
             return self._stats
 
     def _query(self) -> Stats | None:
-        from django.db import connections
-
-        from django_hopper import queues
-        from django_hopper.engine import get_engine
 
         engine = get_engine()
         opened = connections[engine.alias].connection is None
@@ -168,7 +169,7 @@ class PrometheusMetrics:
     """The Prometheus metrics, made once per process on the client's default registry."""
 
     def __init__(self, registry: Any = None) -> None:
-        import prometheus_client as pc
+        import prometheus_client as pc  # noqa: PLC0415 - optional dependency
 
         self.registry = registry if registry is not None else pc.REGISTRY
         self.counters = {
@@ -227,7 +228,7 @@ class _Collector:
         return []  # collected lazily: never query the database at registration
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # noqa: PLC0415 - optional dependency
 
         stats = depth.read()
         if stats is not None:
@@ -277,9 +278,7 @@ class OTelMetrics:
     """The same metrics as OpenTelemetry instruments on the ``django_hopper`` meter."""
 
     def __init__(self, meter_provider: Any = None) -> None:
-        from opentelemetry import metrics
-
-        from django_hopper import __version__
+        from opentelemetry import metrics  # noqa: PLC0415 - optional dependency
 
         meter = metrics.get_meter("django_hopper", __version__, meter_provider=meter_provider)
         #: Attribute dicts by (queue, kind), made once (they are read, never changed).
@@ -348,7 +347,7 @@ class OTelMetrics:
         self.latency.record(seconds, self._attributes(queue, ""))
 
     def _queue_jobs(self, options: Any) -> Iterator[Any]:
-        from opentelemetry.metrics import Observation
+        from opentelemetry.metrics import Observation  # noqa: PLC0415 - optional dependency
 
         stats = depth.read()
         for name, q in sorted((stats.queues if stats else {}).items()):
@@ -356,7 +355,7 @@ class OTelMetrics:
                 yield Observation(getattr(q, state), {"queue": name, "state": state})
 
     def _oldest(self, options: Any) -> Iterator[Any]:
-        from opentelemetry.metrics import Observation
+        from opentelemetry.metrics import Observation  # noqa: PLC0415 - optional dependency
 
         stats = depth.read()
         for name, q in sorted((stats.queues if stats else {}).items()):
@@ -364,7 +363,7 @@ class OTelMetrics:
 
     def _worker(self, name: str) -> Any:
         def callback(options: Any) -> Iterator[Any]:
-            from opentelemetry.metrics import Observation
+            from opentelemetry.metrics import Observation  # noqa: PLC0415 - optional dependency
 
             for queue, value in sorted(worker_gauges()[name].items()):
                 yield Observation(value, {"queue": queue})
@@ -481,13 +480,12 @@ def serve(port: int, host: str = "127.0.0.1") -> Any:
 
     Raises ImproperlyConfigured without ``prometheus-client``.
     """
-    from django.core.exceptions import ImproperlyConfigured
 
     if not prometheus_available():
         raise ImproperlyConfigured(
             "--metrics-port needs prometheus-client: pip install 'django-hopper[prometheus]'"
         )
-    import prometheus_client
+    import prometheus_client  # noqa: PLC0415 - optional dependency
 
     setup()
     served = prometheus_client.start_http_server(port, addr=host)

@@ -35,6 +35,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from django_hopper import __version__
 from django_hopper.observability import Sink
 
 try:
@@ -70,7 +71,6 @@ class TracingSink(Sink):
     wants = frozenset({"enqueuing", "enqueued", "started", "finished"})
 
     def __init__(self, tracer_provider: Any = None) -> None:
-        from django_hopper import __version__
 
         self.tracer = trace.get_tracer(
             "django_hopper", __version__, tracer_provider=tracer_provider

@@ -18,9 +18,11 @@ import hmac
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import HttpRequest, HttpResponse
 
+from django_hopper.conf import hopper_settings
+from django_hopper.observability import metrics as hopper_metrics
+
 
 def _token_ok(request: HttpRequest) -> bool:
-    from django_hopper.conf import hopper_settings
 
     token = str(hopper_settings.METRICS_TOKEN or "")
     header = request.headers.get("Authorization", "")
@@ -30,7 +32,6 @@ def _token_ok(request: HttpRequest) -> bool:
 
 
 def _exposition(request: HttpRequest) -> HttpResponse:
-    from django_hopper.observability import metrics as hopper_metrics
 
     if not hopper_metrics.prometheus_available():
         return HttpResponse(
@@ -38,7 +39,7 @@ def _exposition(request: HttpRequest) -> HttpResponse:
             status=501,
             content_type="text/plain",
         )
-    import prometheus_client
+    import prometheus_client  # noqa: PLC0415 - optional dependency
 
     hopper_metrics.prometheus()
     body = prometheus_client.generate_latest(prometheus_client.REGISTRY)

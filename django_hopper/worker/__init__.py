@@ -16,7 +16,7 @@ __all__ = ["Worker", "WorkerConfig", "import_job_modules"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from django_hopper.worker import worker
+        from django_hopper.worker import worker  # noqa: PLC0415 - import cycle: worker.worker imports maintenance, which imports this package
 
         return getattr(worker, name)
     raise AttributeError(f"module 'django_hopper.worker' has no attribute {name!r}")

@@ -39,6 +39,7 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
 
 from django_hopper import signals, validation
+from django_hopper.conf import hopper_settings
 from django_hopper.context import JobContext, JobSnooze
 from django_hopper.engine.params import JobFinalize
 from django_hopper.exceptions import InvalidJob, JobCanceled, JobFenced
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
 
 
 def _archive(fn: JobFunction[Any, Any] | None) -> bool:
-    from django_hopper.conf import hopper_settings
 
     if fn is not None and fn.archive is not None:
         return bool(fn.archive)

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from django_hopper import signals
 from django_hopper.conf import hopper_settings
 from django_hopper.context import JobContext
+from django_hopper.engine import get_engine
 from django_hopper.engine.params import ClientRegisterParams, JobFinalize
 from django_hopper.exceptions import DatabaseUnavailable, UnknownJobKind
 from django_hopper.maintenance.leader import Elector, Maintainer
@@ -131,7 +132,6 @@ class Worker:
         *,
         declarations: Sequence[Callable[[BaseEngine], object]] | None = None,
     ) -> None:
-        from django_hopper.engine import get_engine
 
         self.config = config or WorkerConfig()
         self.engine = engine or get_engine()

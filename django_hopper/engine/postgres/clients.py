@@ -135,6 +135,6 @@ class ClientsMixin(PostgresSupport):
     def listener(self) -> Listener:
         """Open a dedicated connection (never Django's) that LISTENs for notifications."""
         # Imported on use: only a process that listens needs the listener's module.
-        from django_hopper.engine.postgres.listener import open_listener
+        from django_hopper.engine.postgres.listener import open_listener  # noqa: PLC0415 - import cycle: listener imports the postgres engine
 
         return open_listener(self.alias)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from django.db import connections
 from psycopg import sql
 
 from django_hopper.engine.base import Listener
@@ -32,9 +33,8 @@ def open_listener(alias: str) -> PostgresListener:
     Raises NotSupported when the alias is behind a transaction pooler with no
     direct connection configured: the caller polls instead.
     """
-    from django.db import connections
 
-    from django_hopper.topology import session_alias
+    from django_hopper.topology import session_alias  # noqa: PLC0415 - import cycle: topology imports the postgres engine
 
     session = session_alias(alias)
     if session is None:

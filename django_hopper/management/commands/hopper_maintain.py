@@ -10,6 +10,16 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
+
+from django_hopper.conf import hopper_settings
+from django_hopper.engine import get_engine
+from django_hopper.engine.params import ClientRegisterParams, ClientRenewParams
+from django_hopper.maintenance import default_services
+from django_hopper.maintenance.leader import Elector
+from django_hopper.topology import maintenance_alias
+from django_hopper.worker import Worker, WorkerConfig
+from django_hopper.worker.db import close_thread_connections
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -54,19 +64,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from django.db import connections
-
-        from django_hopper.conf import hopper_settings
-        from django_hopper.engine import get_engine
-        from django_hopper.worker import Worker, WorkerConfig
 
         alias = options.get("database") or str(hopper_settings.DATABASE)
         if alias not in connections.settings:
             raise CommandError(f"--database: {alias!r} is not in DATABASES")
         engine = get_engine(alias)
         if options["once"]:
-            from django_hopper.topology import maintenance_alias
-
             # Through the direct connection behind a transaction pooler: the
             # passes take advisory locks and set session settings.
             self.once(
@@ -92,11 +95,6 @@ class Command(BaseCommand):
         (history index builds) before it resigns: the process exiting would
         kill them mid-build.
         """
-        from django_hopper.conf import hopper_settings
-        from django_hopper.engine.params import ClientRegisterParams, ClientRenewParams
-        from django_hopper.maintenance import default_services
-        from django_hopper.maintenance.leader import Elector
-        from django_hopper.worker.db import close_thread_connections
 
         client_ttl = float(hopper_settings.CLIENT_TTL)
         leader_ttl = float(hopper_settings.LEADER_TTL)

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from django_hopper.queues import stats
 from django_hopper.types import Stats
 
 _COLUMNS = ("queue", "available", "scheduled", "retryable", "running", "oldest", "done/min", "")
@@ -41,7 +42,6 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Read the stats once and print them."""
-        from django_hopper.queues import stats
 
         result = stats()
         if options["json"]:

@@ -11,8 +11,15 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
 
+from django_hopper.conf import hopper_settings
+from django_hopper.engine import get_engine
+from django_hopper.observability import console, metrics
+from django_hopper.topology import queue_alias, queues_of
 from django_hopper.validation import QUEUE_RE
+from django_hopper.worker import Worker, WorkerConfig
+from django_hopper.worker.supervisor import Supervisor
 
 if TYPE_CHECKING:
     from django_hopper.worker import Worker
@@ -47,8 +54,6 @@ def _queues_on(alias: str, queues: dict[str, int], *, explicit: bool) -> dict[st
     With ``HOPPER["QUEUE_DATABASES"]`` set, the default queues are those living
     on the alias, and a queue named with ``--queues`` must live there.
     """
-    from django_hopper.conf import hopper_settings
-    from django_hopper.topology import queue_alias, queues_of
 
     if not hopper_settings.QUEUE_DATABASES:
         return queues
@@ -127,11 +132,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from django_hopper.conf import hopper_settings
-        from django_hopper.engine import get_engine
-        from django_hopper.observability import console
-        from django_hopper.worker import Worker, WorkerConfig
-        from django_hopper.worker.supervisor import Supervisor
 
         verbosity = int(options.get("verbosity", 1))
         log_format = options.get("log_format") or str(hopper_settings.LOG_FORMAT)
@@ -153,7 +153,6 @@ class Command(BaseCommand):
                 raise CommandError("--concurrency must be at least 1")
             queues = {q: options["concurrency"] for q in queues}
         alias = options.get("database") or str(hopper_settings.DATABASE)
-        from django.db import connections
 
         if alias not in connections.settings:
             raise CommandError(f"--database: {alias!r} is not in DATABASES")
@@ -192,8 +191,6 @@ class Command(BaseCommand):
         )
         worker = Worker(config, get_engine(alias))
         if metrics_port is not None:
-            from django_hopper.observability import metrics
-
             slot = os.environ.get(SLOT_ENV, "")
             port = metrics_port + (int(slot) if slot.isdigit() else 0)
             metrics.serve(port, str(options["metrics_host"]))
