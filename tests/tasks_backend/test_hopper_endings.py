@@ -121,8 +121,7 @@ def test_check_warns_when_tasks_are_stored_on_another_database_than_hoppers(
 def test_hopper_worker_runs_the_jobs_of_the_database_it_is_given(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import django_hopper.engine
-    import django_hopper.worker
+    from django_hopper.management.commands import hopper_worker
 
     seen: dict[str, Any] = {}
 
@@ -135,10 +134,12 @@ def test_hopper_worker_runs_the_jobs_of_the_database_it_is_given(
         def run(self) -> int:
             return 0
 
-    monkeypatch.setattr(
-        django_hopper.engine, "get_engine", lambda alias=None: SimpleNamespace(alias=alias)
-    )
-    monkeypatch.setattr(django_hopper.worker, "Worker", FakeWorker)
+    # The command holds its own references to get_engine and Worker: patch those.
+    def fake_engine(alias: str | None = None) -> SimpleNamespace:
+        return SimpleNamespace(alias=alias)
+
+    monkeypatch.setattr(hopper_worker, "get_engine", fake_engine)
+    monkeypatch.setattr(hopper_worker, "Worker", FakeWorker)
     call_command("hopper_worker", "--database", "default", "--queues", "default:1")
     assert seen["engine"].alias == "default"
 

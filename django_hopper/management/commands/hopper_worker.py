@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
@@ -20,9 +20,6 @@ from django_hopper.topology import queue_alias, queues_of
 from django_hopper.validation import QUEUE_RE
 from django_hopper.worker import Worker, WorkerConfig
 from django_hopper.worker.supervisor import Supervisor
-
-if TYPE_CHECKING:
-    from django_hopper.worker import Worker
 
 
 def parse_queues(value: str, default_concurrency: int | None = None) -> dict[str, int]:
