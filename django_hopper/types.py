@@ -344,9 +344,11 @@ class Dependency:
 
 @dataclass(slots=True)
 class JobRow:
-    """A job, live or from history (seed ``JobRow``).
+    """A job, live or from history.
 
-    Optional fields are ``None`` where the seed says zero or empty.
+    An optional field that was never set (no schedule yet, no output, no
+    finalize time) is ``None`` rather than a zero value, so "unset" and
+    "zero" never look alike.
     """
 
     id: JobID
