@@ -135,11 +135,14 @@ def test_install_handler__installed_once_when_logging_leaves_hopper_alone():
     hopper.handlers = []
     stream = io.StringIO()
     try:
-        with override_settings(LOGGING={"version": 1}):
-            console.install_handler(1, "json", stream=stream)
+        with override_settings(LOGGING={"version": 1, "disable_existing_loggers": False}):
+            first = console.install_handler(1, "json", stream=stream)
             handler = console.install_handler(1, "json", stream=stream)
-        assert hopper.handlers == [handler]
-        logging.getLogger("django_hopper.job").warning("hello", extra={"job_id": "x"})
+            # Asserted inside the block: Django 6 re-applies the settings' LOGGING
+            # when override_settings restores it, replacing hopper's handlers.
+            assert handler is not None and first not in hopper.handlers
+            assert hopper.handlers == [handler]
+            logging.getLogger("django_hopper.job").warning("hello", extra={"job_id": "x"})
         record = json.loads(stream.getvalue().splitlines()[-1])
         assert record["message"] == "hello" and record["job_id"] == "x"
     finally:
