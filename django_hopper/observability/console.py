@@ -247,21 +247,15 @@ class ConsoleSink(Sink):
             else f"failed: {_error_text(error)}"
         )
         fields["error"] = _error_text(error)
-        if state == "retryable":
-            job_logger.warning(
-                "job %s %s %s (attempt %d of %d%s); will retry",
-                job.kind,
-                job.id,
-                what,
-                job.attempt,
-                job.max_attempts,
-                took and "," + took,
-                extra=fields,
-                exc_info=exc_info,
+        if state in ("retryable", "discarded"):
+            level, ending = (
+                (logging.WARNING, "will retry")
+                if state == "retryable"
+                else (logging.ERROR, "discarded")
             )
-        elif state == "discarded":
-            job_logger.error(
-                "job %s %s %s (attempt %d of %d%s); discarded",
+            job_logger.log(
+                level,
+                "job %s %s %s (attempt %d of %d%s); " + ending,
                 job.kind,
                 job.id,
                 what,
