@@ -15,6 +15,12 @@ finalized it settles the batch right after (``worker.completer.settle_finished``
 and the leader sweeps the rest (``maintenance.WorkflowSweeper``), so
 each callback is inserted exactly once, whichever jobs finish last and together.
 Each callback's metadata carries ``batch_id``.
+
+A job with a unique key that an existing job holds is not inserted (its
+handle is the existing job's, ``duplicate``) and still counts toward the
+batch: a job in history counts at once (failed if it was canceled or
+discarded), a waiting job of no batch joins this one, and a running job or
+another batch's counts at once as done (docs/workflows.md, "Batches").
 """
 
 from __future__ import annotations
@@ -96,6 +102,7 @@ class Batch:
         self.metadata = dict(metadata or {})
         self._calls: list[JobInsertParams] = []
         self._callbacks: dict[str, JobInsertParams] = {}
+        self._keys: dict[tuple[str, str], int] = {}
 
     def add(
         self, fn: JobFunction[Any, Any] | PreparedJob | str, /, *args: Any, **kwargs: Any
@@ -105,13 +112,17 @@ class Batch:
         ``fn`` is a job function with its arguments, or a prepared job
         (``fn.using(...).prepare(...)``), which carries its own.
         """
-        params = call_params(fn, args, kwargs, f"jobs[{len(self._calls)}]")
+        index = len(self._calls)
+        params = call_params(fn, args, kwargs, f"jobs[{index}]")
         if params.unique_key is not None:
-            raise InvalidJob(
-                "batch jobs cannot have a unique key: a skipped duplicate would never "
-                "finish the batch",
-                field="unique_key",
-            )
+            key = (params.kind, params.unique_key)
+            first = self._keys.setdefault(key, index)
+            if first != index:
+                raise InvalidJob(
+                    f"jobs[{index}] repeats the unique key {params.unique_key!r} of "
+                    f"jobs[{first}] ({params.kind}): one batch holds a key once",
+                    field="unique_key",
+                )
         self._calls.append(params)
 
     def add_many(self, fn: JobFunction[Any, Any] | str, items: Iterable[Mapping[str, Any]]) -> None:
@@ -164,9 +175,11 @@ class Batch:
             results = engine.job_insert_many(params, JobInsertOpts(notify=True))
             if signals.job_enqueued.receivers:
                 signals.job_enqueued.send(
-                    sender=None, jobs=[r.job for r in results if not r.duplicate], duplicates=[]
+                    sender=None,
+                    jobs=[r.job for r in results if not r.duplicate],
+                    duplicates=[r.job for r in results if r.duplicate],
                 )
-        handles = [JobHandle(r.job, alias=engine.alias) for r in results]
+        handles = [JobHandle(r.job, duplicate=r.duplicate, alias=engine.alias) for r in results]
         return BatchHandle(batch_id, handles, alias=engine.alias)
 
 

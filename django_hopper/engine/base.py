@@ -29,12 +29,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from django.db import connections
+from django.db import connections, transaction
 
 from django_hopper import validation
 from django_hopper.engine import checks, topics
 from django_hopper.engine.limits import validate_limits
 from django_hopper.engine.params import (
+    BatchDuplicatesParams,
+    BatchDuplicatesResult,
     BatchInsertParams,
     BatchSettleParams,
     BatchSettleResult,
@@ -207,13 +209,31 @@ class BaseEngine(ABC):
         ``duplicate=True``. With ConflictAction.REPLACE the existing live job's
         args, metadata, priority, max attempts and schedule are replaced unless
         it is running. Inputs are already deduplicated by unique key.
+
+        A duplicate input of a batch counts toward that batch's progress in the
+        same transaction (``batch_count_duplicates``), and the batches it
+        counted for are settled: a batch never waits for a job that was not
+        inserted into it.
         """
         if not params:
             return []
         checks.insert_opts(opts)
         for p in params:
             checks.insert(p)
-        return self._job_insert_many(params, opts)
+        if not any(p.batch_id is not None and p.unique_key is not None for p in params):
+            return self._job_insert_many(params, opts)
+        with transaction.atomic(using=self.alias):
+            results = self._job_insert_many(params, opts)
+            duplicates = tuple(
+                (p.batch_id, r.job.id)
+                for p, r in zip(params, results, strict=True)
+                if r.duplicate and p.batch_id is not None and r.job.batch_id != p.batch_id
+            )
+            if duplicates:
+                counted = self.batch_count_duplicates(BatchDuplicatesParams(duplicates))
+                if counted.batches:
+                    self.batch_settle(BatchSettleParams(ids=counted.batches, now=opts.now))
+        return results
 
     def job_insert_copy(
         self, params: Sequence[JobInsertParams], opts: JobInsertOpts = JobInsertOpts()
@@ -527,6 +547,22 @@ class BaseEngine(ABC):
         """Create a batch expecting ``total`` jobs; return its ID."""
         checks.batch(params)
         return self._batch_insert(params)
+
+    def batch_count_duplicates(self, params: BatchDuplicatesParams) -> BatchDuplicatesResult:
+        """Count inputs of batches that an existing job duplicated toward their batches.
+
+        Each input is counted as the job holding its key stands after the
+        insert: a live job of no batch that is not running joins the input's
+        batch (its end is then counted as any batch job's); a job in history
+        counts now, failed if it was canceled or discarded; a running job, or
+        a live job of another batch, counts now as done (a job reports its end
+        to one batch, and a running attempt was claimed without this one).
+        Returns what was joined and counted; the caller settles the batches.
+        """
+        checks.batch_duplicates(params)
+        if not params.duplicates:
+            return BatchDuplicatesResult()
+        return self._batch_count_duplicates(params)
 
     def batch_settle(self, params: BatchSettleParams) -> BatchSettleResult:
         """Fold batches' recorded progress in, and complete those with no job left.
@@ -847,6 +883,9 @@ class BaseEngine(ABC):
 
     @abstractmethod
     def _batch_insert(self, params: BatchInsertParams) -> JobID: ...
+
+    @abstractmethod
+    def _batch_count_duplicates(self, params: BatchDuplicatesParams) -> BatchDuplicatesResult: ...
 
     @abstractmethod
     def _batch_settle(self, params: BatchSettleParams) -> BatchSettleResult: ...

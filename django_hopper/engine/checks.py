@@ -16,6 +16,7 @@ from typing import Any
 
 from django_hopper import validation
 from django_hopper.engine.params import (
+    BatchDuplicatesParams,
     BatchInsertParams,
     JobFinalize,
     JobInsertOpts,
@@ -23,7 +24,7 @@ from django_hopper.engine.params import (
     JobListParams,
     WorkflowInsertParams,
 )
-from django_hopper.engine.rules import check_batch_job, validate_workflow
+from django_hopper.engine.rules import validate_workflow
 from django_hopper.exceptions import InvalidJob, UnknownQueue
 from django_hopper.types import ConflictAction, JobState
 
@@ -88,7 +89,6 @@ def insert(p: JobInsertParams, *, copy: bool = False) -> None:
         raise InvalidJob(f"id must be a UUID, not {p.id!r}", field="id")
     if p.batch_id is not None and not isinstance(p.batch_id, uuid.UUID):
         raise InvalidJob(f"batch_id must be a UUID, not {p.batch_id!r}", field="batch_id")
-    check_batch_job(p)
     if copy and p.unique_key is not None:
         raise InvalidJob(
             "job_insert_copy takes no unique keys; use job_insert_many", field="unique_key"
@@ -118,6 +118,20 @@ def batch(params: BatchInsertParams) -> None:
     if type(total) is not int or total < 0:
         raise InvalidJob(f"total must be a non-negative integer, not {total!r}", field="total")
     callbacks(params.on_success, params.on_failure, params.on_complete)
+
+
+def batch_duplicates(params: BatchDuplicatesParams) -> None:
+    """Refuse a duplicate that is not a pair of UUIDs (batch, job)."""
+    for pair in params.duplicates:
+        if (
+            not isinstance(pair, tuple)
+            or len(pair) != 2
+            or not all(isinstance(v, uuid.UUID) for v in pair)
+        ):
+            raise InvalidJob(
+                f"duplicates must be (batch ID, job ID) pairs of UUIDs, not {pair!r}",
+                field="duplicates",
+            )
 
 
 def workflow(params: WorkflowInsertParams) -> None:

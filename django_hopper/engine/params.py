@@ -449,6 +449,25 @@ class BatchSettleParams:
     now: dt.datetime | None = None
 
 
+@dataclass(slots=True, frozen=True)
+class BatchDuplicatesParams:
+    """Inputs of batches that ``job_insert_many`` found duplicated by an existing job."""
+
+    #: (the input's batch ID, the ID of the job that holds its unique key), one
+    #: pair per duplicate input.
+    duplicates: tuple[tuple[JobID, JobID], ...]
+
+
+@dataclass(slots=True)
+class BatchDuplicatesResult:
+    #: Live jobs of no batch that joined the input's batch (their end counts then).
+    joined: int = 0
+    #: Inputs counted toward their batch's progress now.
+    counted: int = 0
+    #: The batches with progress counted now: settle them.
+    batches: tuple[JobID, ...] = ()
+
+
 @dataclass(slots=True)
 class BatchSettleResult:
     #: Batches whose progress was folded, and those of them that completed.

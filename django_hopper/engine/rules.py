@@ -114,21 +114,6 @@ def validate_workflow(params: WorkflowInsertParams) -> None:
         )
 
 
-def check_batch_job(p: JobInsertParams) -> None:
-    """Refuse a batch job with a unique key: the one rule, at every engine's insert.
-
-    A duplicate is skipped (the insert returns the job holding the key), so the
-    batch would wait forever for a job that was never inserted into it.
-    """
-
-    if p.batch_id is not None and p.unique_key is not None:
-        raise InvalidJob(
-            f"a job of batch {p.batch_id} cannot have a unique key ({p.unique_key!r}): a "
-            "skipped duplicate would never finish the batch",
-            field="unique_key",
-        )
-
-
 def callback_to_json(p: JobInsertParams | None) -> JSON:
     """Store a callback job's params as JSON (written once for both engines)."""
     if p is None:

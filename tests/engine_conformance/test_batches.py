@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from typing import Any
 
 import pytest
 
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import (
+    BatchDuplicatesParams,
     BatchInsertParams,
     BatchSettleParams,
     JobInsertParams,
@@ -16,7 +18,8 @@ from django_hopper.engine.params import (
 )
 from django_hopper.exceptions import InvalidJob
 from django_hopper.models import Batch
-from tests.engine_conformance.support import claim, finalize, insert_many, result
+from django_hopper.types import JobRow
+from tests.engine_conformance.support import claim, finalize, get, insert_many, result
 
 CALLBACK = "tests.batch_callback"
 
@@ -65,20 +68,115 @@ def test_batch_insert__refuses_a_negative_total_writing_nothing(engine: BaseEngi
     assert Batch.objects.count() == 0
 
 
-def test_job_insert_many__refuses_a_batch_job_with_a_unique_key_writing_nothing(
-    engine: BaseEngine, db_now: dt.datetime
+def keyed(batch_id: uuid.UUID, key: str, **fields: Any) -> JobInsertParams:
+    return JobInsertParams(
+        kind="tests.job",
+        queue="bq",
+        batch_id=batch_id,
+        unique_key=key,
+        unique_finished=("completed", "canceled", "discarded"),
+        **fields,
+    )
+
+
+def open_batch(engine: BaseEngine, now: dt.datetime, total: int) -> uuid.UUID:
+    batch_id, _ = make_batch(engine, now, 0)
+    Batch.objects.filter(id=batch_id).update(total=total, pending=total)
+    return batch_id
+
+
+def finished_job(
+    engine: BaseEngine, client_id: int, now: dt.datetime, key: str, state: str
+) -> JobRow:
+    """Insert a job with ``key`` in queue "done" and finalize it in ``state``."""
+    insert_many(engine, [JobInsertParams(kind="tests.job", queue="done", unique_key=key)], now)
+    (job,) = claim(engine, client_id, now, queue="done")
+    finalize(engine, now, result(job, state))
+    return job
+
+
+def test_job_insert_many__a_batch_input_found_in_history_counts_toward_the_batch(
+    engine: BaseEngine, client_id: int, db_now: dt.datetime
 ) -> None:
-    batch_id, _ = make_batch(engine, db_now, 0)
-    params = [
-        JobInsertParams(kind="tests.job", queue="bq", batch_id=batch_id),
-        JobInsertParams(kind="tests.job", queue="bq", batch_id=batch_id, unique_key="k"),
-    ]
+    old = finished_job(engine, client_id, db_now, "k1", "completed")
+    batch_id = open_batch(engine, db_now, 2)
 
-    with pytest.raises(InvalidJob, match="cannot have a unique key") as refused:
-        insert_many(engine, params, db_now)
+    results = insert_many(engine, [keyed(batch_id, "k1"), keyed(batch_id, "k2")], db_now)
 
-    assert refused.value.field == "unique_key"
-    assert engine.job_list(JobListParams(queue="bq", limit=10)) == []
+    assert [(r.duplicate, r.job.id == old.id) for r in results] == [(True, True), (False, False)]
+    batch = engine.batch_get(batch_id)
+    assert batch is not None and (batch.pending, batch.failed, batch.completed_at) == (1, 0, None)
+    (fresh,) = claim(engine, client_id, db_now, queue="bq")
+    finalize(engine, db_now, result(fresh, "completed"))
+    engine.batch_settle(BatchSettleParams(ids=(batch_id,), now=db_now))
+    batch = engine.batch_get(batch_id)
+    assert batch is not None and batch.pending == 0 and batch.completed_at is not None
+    assert sorted(j.metadata["on"] for j in callbacks(engine)) == ["complete", "success"]
+
+
+def test_job_insert_many__a_batch_of_history_duplicates_completes_at_insert(
+    engine: BaseEngine, client_id: int, db_now: dt.datetime
+) -> None:
+    finished_job(engine, client_id, db_now, "k1", "completed")
+    finished_job(engine, client_id, db_now, "k2", "discarded")
+    batch_id = open_batch(engine, db_now, 2)
+
+    results = insert_many(engine, [keyed(batch_id, "k1"), keyed(batch_id, "k2")], db_now)
+
+    assert all(r.duplicate for r in results)
+    batch = engine.batch_get(batch_id)
+    assert batch is not None and (batch.pending, batch.failed) == (0, 1)
+    assert batch.completed_at is not None
+    assert sorted(j.metadata["on"] for j in callbacks(engine)) == ["complete", "failure"]
+
+
+def test_job_insert_many__a_waiting_duplicate_of_no_batch_joins_the_batch(
+    engine: BaseEngine, client_id: int, db_now: dt.datetime
+) -> None:
+    (held,) = insert_many(
+        engine, [JobInsertParams(kind="tests.job", queue="bq", unique_key="k1")], db_now
+    )
+    batch_id = open_batch(engine, db_now, 1)
+
+    (dup,) = insert_many(engine, [keyed(batch_id, "k1")], db_now)
+
+    assert dup.duplicate and dup.job.id == held.job.id
+    assert get(engine, held.job).batch_id == batch_id
+    assert engine.batch_get(batch_id).pending == 1  # type: ignore[union-attr]
+    (job,) = claim(engine, client_id, db_now, queue="bq")
+    finalize(engine, db_now, result(job, "canceled"))
+    engine.batch_settle(BatchSettleParams(ids=(batch_id,), now=db_now))
+    batch = engine.batch_get(batch_id)
+    assert batch is not None and (batch.pending, batch.failed) == (0, 1)
+    assert batch.completed_at is not None
+
+
+def test_job_insert_many__a_running_duplicate_or_another_batchs_job_counts_done_at_once(
+    engine: BaseEngine, client_id: int, db_now: dt.datetime
+) -> None:
+    insert_many(engine, [JobInsertParams(kind="tests.job", queue="run", unique_key="r")], db_now)
+    (running_job,) = claim(engine, client_id, db_now, queue="run")
+    other = open_batch(engine, db_now, 1)
+    (theirs,) = insert_many(engine, [keyed(other, "o")], db_now)
+    batch_id = open_batch(engine, db_now, 3)
+
+    results = insert_many(
+        engine, [keyed(batch_id, "r"), keyed(batch_id, "o"), keyed(batch_id, "new")], db_now
+    )
+
+    assert [r.duplicate for r in results] == [True, True, False]
+    assert get(engine, running_job).batch_id is None, "a running attempt keeps its batch"
+    assert get(engine, theirs.job).batch_id == other, "a job reports to one batch"
+    batch = engine.batch_get(batch_id)
+    assert batch is not None and (batch.pending, batch.failed, batch.completed_at) == (1, 0, None)
+    assert engine.batch_get(other).pending == 1  # type: ignore[union-attr]
+
+
+def test_batch_count_duplicates__refuses_what_is_not_a_pair_of_ids(engine: BaseEngine) -> None:
+    with pytest.raises(InvalidJob, match="pairs") as refused:
+        engine.batch_count_duplicates(BatchDuplicatesParams((("b", "j"),)))  # type: ignore[arg-type]
+    assert refused.value.field == "duplicates"
+    assert engine.batch_count_duplicates(BatchDuplicatesParams(())).counted == 0
 
 
 def test_batch_get__unknown_batch_is_none(engine: BaseEngine) -> None:

@@ -92,7 +92,6 @@ BAD_INSERTS: list[tuple[str, dict[str, Any]]] = [
     ("unique_finished", {"unique_finished": ("running",)}),
     ("id", {"id": "not-a-uuid"}),
     ("batch_id", {"batch_id": "not-a-uuid"}),
-    ("unique_key", {"batch_id": uuid.UUID(int=1), "unique_key": "k"}),
 ]
 
 

@@ -132,9 +132,38 @@ def test_batch__the_callback_runs_once_with_the_batch_id(
     ]
 
 
-def test_batch__refuses_unique_keys_and_empty_batches(engine: BaseEngine) -> None:
-    with pytest.raises(InvalidJob, match="unique key"):
-        Batch().add(jobs.wf_step.using(unique_key="k"), "x")
+def test_batch__a_job_found_in_history_counts_and_the_batch_finishes_with_the_rest(
+    tx_engine: BaseEngine, make_worker: object
+) -> None:
+    keyed = jobs.wf_step.using(queue=Q, unique_key="page-1", unique_finished=["completed"])
+    keyed.enqueue("earlier")
+    worker = make_worker(queues={Q: 4})  # type: ignore[operator]
+    worker.run_once()
+    worker.wait_idle(5)
+    batch = Batch()
+    batch.add(keyed, "again")
+    batch.add(jobs.wf_step.using(queue=Q, unique_key="page-2"), "fresh")
+    batch.on_success(jobs.wf_callback.using(queue=Q), "success")
+
+    handle = batch.enqueue()
+
+    assert [h.duplicate for h in handle.jobs] == [True, False]
+    assert (handle.refresh().pending, handle.refresh().total) == (1, 2)
+    for _ in range(3):
+        worker.run_once()
+        worker.wait_idle(5)
+    row = get_batch(handle.id)
+    assert (row.pending, row.failed) == (0, 0) and row.completed_at
+    from tests.testapp.models import Effect
+
+    assert Effect.objects.filter(note=f"success:{handle.id}").count() == 1
+
+
+def test_batch__refuses_a_repeated_unique_key_and_empty_batches(engine: BaseEngine) -> None:
+    batch = Batch()
+    batch.add(jobs.wf_step.using(unique_key="k"), "x")
+    with pytest.raises(InvalidJob, match=r"jobs\[1\] repeats the unique key 'k' of jobs\[0\]"):
+        batch.add(jobs.wf_step.using(unique_key="k"), "y")
     with pytest.raises(InvalidJob, match="at least one job"):
         Batch().enqueue()
 
@@ -162,10 +191,9 @@ def test_workflow_and_batch__take_prepared_jobs_with_their_own_options(
     [
         lambda: Workflow("w").add(jobs.wf_step.prepare("x"), "extra"),
         lambda: Batch().add(jobs.wf_step.prepare("x"), name="extra"),
-        lambda: Batch().add(jobs.wf_step.using(unique_key="k").prepare("x")),
     ],
 )
-def test_workflow_and_batch__refuse_a_prepared_job_with_more_arguments_or_a_unique_key(
+def test_workflow_and_batch__refuse_a_prepared_job_with_more_arguments(
     engine: BaseEngine, add: object
 ) -> None:
     with pytest.raises(InvalidJob):

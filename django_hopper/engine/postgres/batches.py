@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 from django.db import transaction
 
 from django_hopper.engine.params import (
+    BatchDuplicatesParams,
+    BatchDuplicatesResult,
     BatchInsertParams,
     BatchSettleParams,
     BatchSettleResult,
@@ -109,6 +111,28 @@ class BatchesMixin(PostgresSupport):
             },
         )
         return batch_id
+
+    def _batch_count_duplicates(self, params: BatchDuplicatesParams) -> BatchDuplicatesResult:
+        """Join the waiting duplicates to their batches; count the rest as progress."""
+        with db_errors(), self._atomic():
+            pairs = list(params.duplicates)
+            rows = self._fetchall(
+                "batch_count_duplicates",
+                {"batch_id": [b for b, _ in pairs], "job_id": [j for _, j in pairs]},
+            )
+            joined = {r[0] for r in rows}
+            rest = [(b, j) for b, j in pairs if j not in joined]
+            counted: list[Any] = []
+            if rest:
+                counted = self._fetchall(
+                    "batch_count_duplicates.record",
+                    {"batch_id": [b for b, _ in rest], "job_id": [j for _, j in rest]},
+                )
+        return BatchDuplicatesResult(
+            joined=len(joined),
+            counted=sum(int(r[1]) for r in counted),
+            batches=tuple(sorted(r[0] for r in counted)),
+        )
 
     def _batch_settle(self, params: BatchSettleParams) -> BatchSettleResult:
         """Fold progress and complete batches; insert the callbacks of those completed."""

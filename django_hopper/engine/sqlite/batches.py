@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_hopper.engine.params import (
+    BatchDuplicatesParams,
+    BatchDuplicatesResult,
     BatchInsertParams,
     BatchSettleParams,
     BatchSettleResult,
@@ -77,6 +79,24 @@ class BatchesMixin(SQLiteSupport):
                 },
             )
         return batch_id
+
+    @translate_errors
+    def _batch_count_duplicates(self, params: BatchDuplicatesParams) -> BatchDuplicatesResult:
+        """Join the waiting duplicates to their batches; count the rest as progress."""
+        pairs = [[b.hex, j.hex] for b, j in params.duplicates]
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["batch_count_duplicates"], {"pairs": json.dumps(pairs)})
+            joined = {r[0] for r in c.fetchall()}
+            rest = [pair for pair in pairs if pair[1] not in joined]
+            counted: list[Any] = []
+            if rest:
+                c.execute(Q["batch_count_duplicates.record"], {"pairs": json.dumps(rest)})
+                counted = c.fetchall()
+        return BatchDuplicatesResult(
+            joined=len(joined),
+            counted=sum(int(r[1]) for r in counted),
+            batches=tuple(sorted(uuid.UUID(r[0]) for r in counted)),
+        )
 
     @translate_errors
     def _batch_settle(self, params: BatchSettleParams) -> BatchSettleResult:

@@ -95,3 +95,26 @@ FROM hopper_batch b
 LEFT JOIN LATERAL (SELECT sum(x.done) AS done, sum(x.failed) AS failed
                    FROM hopper_batch_progress x WHERE x.batch_id = b.id) p ON true
 WHERE b.id = %(id)s::uuid
+
+-- name: batch_count_duplicates
+-- Inputs of batches that an existing job duplicated (pairs of batch and job):
+-- a live job of no batch that is not running joins the input's batch, so its
+-- end is counted as any batch job's. Returns the jobs that joined; the others
+-- are counted by batch_count_duplicates.record, a later statement, so that it
+-- sees a job a concurrent finalize moved to history meanwhile.
+UPDATE hopper_job j
+SET batch_id = d.batch_id
+FROM unnest(%(batch_id)s::uuid[], %(job_id)s::uuid[]) AS d(batch_id, job_id)
+WHERE j.id = d.job_id AND j.batch_id IS NULL AND j.state <> 'running'
+RETURNING j.id
+
+-- name: batch_count_duplicates.record
+-- Count the other inputs toward their batches now: done, and failed when the
+-- job is in history as canceled or discarded. Returns the batches counted.
+INSERT INTO hopper_batch_progress (batch_id, done, failed)
+SELECT d.batch_id, count(*),
+       count(*) FILTER (WHERE h.state IN ('canceled', 'discarded'))
+FROM unnest(%(batch_id)s::uuid[], %(job_id)s::uuid[]) AS d(batch_id, job_id)
+LEFT JOIN hopper_job_history h ON h.id = d.job_id
+GROUP BY d.batch_id
+RETURNING batch_id, done

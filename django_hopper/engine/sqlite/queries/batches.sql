@@ -57,6 +57,30 @@ WHERE job_id IN (
                       WHERE b.id = x.workflow_id AND b.completed_at IS NULL)
     LIMIT %(limit)s);
 
+-- name: batch_count_duplicates
+-- Inputs of batches that an existing job duplicated (%(pairs)s: a JSON array of
+-- [batch, job] hex IDs): a live job of no batch that is not running joins the
+-- input's batch, so its end is counted as any batch job's. Returns the jobs
+-- that joined; batch_count_duplicates.record counts the others.
+UPDATE hopper_job
+SET batch_id = (SELECT json_extract(d.value, '$[0]') FROM json_each(%(pairs)s) AS d
+                WHERE json_extract(d.value, '$[1]') = hopper_job.id)
+WHERE id IN (SELECT json_extract(value, '$[1]') FROM json_each(%(pairs)s))
+  AND batch_id IS NULL AND state <> 'running'
+RETURNING id;
+
+-- name: batch_count_duplicates.record
+-- Count the other inputs toward their batches now: done, and failed when the
+-- job is in history as canceled or discarded. Returns the batches counted.
+INSERT INTO hopper_batch_progress (batch_id, done, failed)
+SELECT json_extract(d.value, '$[0]'), count(*),
+       sum(CASE WHEN h.state IN ('canceled', 'discarded') THEN 1 ELSE 0 END)
+FROM json_each(%(pairs)s) AS d
+LEFT JOIN hopper_job_history AS h ON h.id = json_extract(d.value, '$[1]')
+WHERE true
+GROUP BY json_extract(d.value, '$[0]')
+RETURNING batch_id, done;
+
 -- name: batch_get
 SELECT b.id, b.name,
        b.pending - coalesce((SELECT sum(p.done) FROM hopper_batch_progress AS p
