@@ -288,8 +288,11 @@ class BaseEngine(ABC):
 
         Returns the progress as stored, or None if the attempt no longer owns
         the job. With ``no_wait``, raises JobLocked at once if another
-        transaction holds the row.
+        transaction holds the row (on a single-writer engine: if another
+        transaction writes), so a caller that must not block never does.
+        With ``keep_step`` the stored step is kept and ``step`` is ignored.
         """
+        checks.record_progress(params)
         return self._job_record_progress(params)
 
     def job_get(self, id: JobID) -> JobRow | None:
@@ -404,9 +407,10 @@ class BaseEngine(ABC):
         JobNotClaimable (in history), JobFenced (live at another fence),
         JobRunning (running at ``fence``), JobNotClaimable (pending, past its
         TTL, queue paused, or not its ordering key's head). Waits for the row
-        if another transaction holds it.
+        if another transaction holds it, or, with ``no_wait``, raises JobLocked
+        at once (on a single-writer engine: when another transaction writes).
         """
-        checks.ttl(params.ttl)
+        checks.claim_by_id(params)
         return self._job_claim_by_id(params)
 
     def job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus:

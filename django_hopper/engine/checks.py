@@ -18,10 +18,12 @@ from django_hopper import validation
 from django_hopper.engine.params import (
     BatchDuplicatesParams,
     BatchInsertParams,
+    JobClaimByIDParams,
     JobFinalize,
     JobInsertOpts,
     JobInsertParams,
     JobListParams,
+    JobRecordProgressParams,
     WorkflowInsertParams,
 )
 from django_hopper.engine.rules import validate_workflow
@@ -62,6 +64,48 @@ def ttl(value: Any, field: str = "ttl") -> dt.timedelta:
             f"{field} must be a timedelta of at least a microsecond, not {value!r}", field=field
         )
     return value
+
+
+def flag(value: Any, field: str) -> bool:
+    """Return a True/False option or raise InvalidJob naming it (1 or "yes" is a mistake)."""
+    if type(value) is not bool:
+        raise InvalidJob(f"{field} must be True or False, not {value!r}", field=field)
+    return value
+
+
+def fence(value: Any, field: str = "fence") -> int:
+    """Return a claim's fence (a non-negative integer) or raise InvalidJob naming it."""
+    if type(value) is not int or value < 0:
+        raise InvalidJob(f"{field} must be a non-negative integer, not {value!r}", field=field)
+    return value
+
+
+def claim_by_id(params: JobClaimByIDParams) -> None:
+    """Refuse a claim by ID with a bad lease TTL, fence or wait option."""
+    ttl(params.ttl)
+    fence(params.fence)
+    flag(params.no_wait, "no_wait")
+
+
+def record_progress(params: JobRecordProgressParams) -> None:
+    """Refuse a progress record the statement would store wrongly or not match at all.
+
+    The step must be text even with ``keep_step`` (where it is ignored), so a
+    caller's mistake never depends on the flag; the cursor must read back as
+    written (JSON, no NUL), on both engines.
+    """
+    flag(params.keep_step, "keep_step")
+    flag(params.no_wait, "no_wait")
+    if not isinstance(params.step, str):
+        raise InvalidJob(f"step must be a string, not {params.step!r}", field="step")
+    if "\x00" in params.step:
+        raise InvalidJob("step must not contain a NUL character", field="step")
+    fence(params.fence)
+    if type(params.attempt) is not int or params.attempt < 0:
+        raise InvalidJob(
+            f"attempt must be a non-negative integer, not {params.attempt!r}", field="attempt"
+        )
+    validation.json_normalize(params.cursor, "cursor")
 
 
 def insert(p: JobInsertParams, *, copy: bool = False) -> None:

@@ -586,6 +586,9 @@ class JobClaimByIDParams:
     #: The lease's time to live from each claim or renewal (at least a microsecond).
     ttl: dt.timedelta
     now: dt.datetime | None = None
+    #: Raise JobLocked at once, instead of waiting, if another transaction holds
+    #: the job's row (on a single-writer engine: if another transaction writes).
+    no_wait: bool = False
 
 
 @dataclass(slots=True)

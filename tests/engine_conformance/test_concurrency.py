@@ -23,6 +23,7 @@ from django.db import connection, transaction
 
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import (
+    JobClaimByIDParams,
     JobFinalize,
     JobFinalizeParams,
     JobInsertParams,
@@ -38,6 +39,7 @@ from tests.engine_conformance.support import (
     claim,
     finalize,
     get,
+    insert,
     insert_many,
     register,
     result,
@@ -269,6 +271,42 @@ def test_progress__no_wait_raises_job_locked_while_another_transaction_holds_the
 
     assert get(tx_engine, job).progress is None
     assert tx_engine.job_record_progress(params) is not None
+
+
+def test_claim_by_id__no_wait_raises_job_locked_while_another_transaction_holds_the_job(
+    tx_engine: BaseEngine,
+) -> None:
+    now = tx_engine.now()
+    job = insert(tx_engine, now, queue="by-id")
+    params = JobClaimByIDParams(id=job.id, fence=0, ttl=HOUR, now=now, no_wait=True)
+
+    with row_held(job), pytest.raises(JobLocked):
+        tx_engine.job_claim_by_id(params)
+
+    assert (get(tx_engine, job).state, get(tx_engine, job).fence) == ("available", 0)
+    assert tx_engine.job_claim_by_id(params).job.state == "running"
+
+
+def test_claim_by_id__a_refused_no_wait_claim_leaves_the_callers_transaction_usable(
+    tx_engine: BaseEngine,
+) -> None:
+    if not tx_engine.features.supports_skip_locked:
+        pytest.skip("single-writer engines: a caller's open transaction holds the write lock")
+    now = tx_engine.now()
+    job = insert(tx_engine, now, queue="by-id")
+    other = insert(tx_engine, now, queue="by-id")
+
+    with transaction.atomic():
+        with row_held(job), pytest.raises(JobLocked):
+            tx_engine.job_claim_by_id(
+                JobClaimByIDParams(id=job.id, fence=0, ttl=HOUR, now=now, no_wait=True)
+            )
+        row = tx_engine.job_claim_by_id(
+            JobClaimByIDParams(id=other.id, fence=0, ttl=HOUR, now=now, no_wait=True)
+        )
+
+    assert get(tx_engine, other).lease_expires_at == row.expires_at
+    assert get(tx_engine, job).state == "available"
 
 
 # -- inserts and finalizes --------------------------------------------------------------------

@@ -120,6 +120,40 @@ def test_claim_by_id__takes_a_scheduled_job_whatever_its_schedule(
     assert claim_by_id(engine, job, db_now).job.state == "running"
 
 
+def test_claim_by_id__no_wait_claims_when_nobody_holds_the_row(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    job = insert(engine, db_now, queue="by-id")
+
+    row = engine.job_claim_by_id(
+        JobClaimByIDParams(id=job.id, fence=0, ttl=TTL, now=db_now, no_wait=True)
+    )
+
+    assert row.job.state == "running" and row.lease.fence == 1
+    assert get(engine, job).lease_expires_at == db_now + TTL
+
+
+def test_claim_by_id__no_wait_refuses_in_the_same_order_as_a_waiting_claim(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    job = insert(engine, db_now, queue="by-id")
+    claim_by_id(engine, job, db_now)
+
+    def no_wait(fence: int) -> Any:
+        return engine.job_claim_by_id(
+            JobClaimByIDParams(id=job.id, fence=fence, ttl=TTL, now=db_now, no_wait=True)
+        )
+
+    with pytest.raises(JobFenced):
+        no_wait(0)
+    with pytest.raises(JobRunning):
+        no_wait(1)
+    with pytest.raises(NotFound):
+        engine.job_claim_by_id(
+            JobClaimByIDParams(id=new_id(), fence=0, ttl=TTL, now=db_now, no_wait=True)
+        )
+
+
 def test_claim_by_id__unknown_job_is_not_found(engine: BaseEngine, db_now: dt.datetime) -> None:
     with pytest.raises(NotFound):
         leases(engine).job_claim_by_id(
@@ -319,6 +353,27 @@ def test_progress__a_leased_attempt_records_with_its_token_only(
 
     assert record(new_id()) is None
     assert record(row.lease.token) == Progress("s", 1, db_now)
+
+
+def test_progress__a_leased_attempt_keeps_its_step_with_keep_step_and_no_wait(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    row = claim_by_id(engine, insert(engine, db_now, queue="by-id"), db_now)
+    claim = {
+        "id": row.job.id,
+        "attempted_by": None,
+        "fence": row.lease.fence,
+        "attempt": row.job.attempt,
+        "lease_token": row.lease.token,
+    }
+    engine.job_record_progress(JobRecordProgressParams(step="copy", cursor=1, now=db_now, **claim))
+
+    stored = engine.job_record_progress(
+        JobRecordProgressParams(keep_step=True, no_wait=True, cursor=2, now=db_now, **claim)
+    )
+
+    assert stored == Progress("copy", 2, db_now)
+    assert get(engine, row.job).progress == stored
 
 
 # -- expiry ------------------------------------------------------------------------------

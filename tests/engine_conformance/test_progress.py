@@ -208,3 +208,26 @@ def test_progress__no_wait_records_when_nobody_holds_the_job(
     job = running(engine, client_id, db_now)
 
     assert record(engine, job, db_now, step="fast", no_wait=True) == Progress("fast", None, db_now)
+
+
+def test_progress__no_wait_with_keep_step_keeps_the_step_and_takes_the_cursor(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    job = running(engine, client_id, db_now)
+    record(engine, job, db_now, step="load", cursor=1)
+
+    stored = record(engine, job, db_now + SECOND, keep_step=True, no_wait=True, cursor=2)
+
+    assert stored == Progress("load", 2, db_now + SECOND)
+    assert get(engine, job).progress == stored
+
+
+def test_progress__no_wait_returns_none_for_an_attempt_that_lost_the_job(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    job = running(engine, client_id, db_now)
+    finalize(engine, db_now, result(job, "retryable"))
+
+    assert record(engine, job, db_now, step="late", no_wait=True) is None
+    assert record(engine, job, db_now, keep_step=True, no_wait=True) is None
+    assert get(engine, job).progress is None

@@ -29,6 +29,7 @@ from django_hopper.engine.params import (
     JobInsertOpts,
     JobInsertParams,
     JobListParams,
+    JobRecordProgressParams,
     JobRescueParams,
     JobRetryOrderingKeyParams,
     JobScheduleParams,
@@ -45,7 +46,7 @@ from django_hopper.engine.params import (
 from django_hopper.exceptions import InvalidJob
 from django_hopper.models import Batch, Job, Queue, StreamEvent
 from django_hopper.types import QueueLimits
-from tests.engine_conformance.support import HOUR, insert
+from tests.engine_conformance.support import HOUR, insert, running
 
 LONG = "x" * 256
 AWARE = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
@@ -290,6 +291,63 @@ def test_validation__leases_need_a_positive_ttl(
     assert engine.client_list() == clients
     assert engine.leader_get() is None
     assert Job.objects.get(id=job.id).state == "available"
+
+
+@pytest.mark.parametrize(
+    ("field", "fields"),
+    [
+        ("fence", {"fence": -1}),
+        ("fence", {"fence": "0"}),
+        ("fence", {"fence": True}),
+        ("no_wait", {"no_wait": 1}),
+        ("no_wait", {"no_wait": "yes"}),
+    ],
+)
+def test_validation__claim_by_id_refuses_a_bad_fence_or_wait_option(
+    engine: BaseEngine, db_now: dt.datetime, field: str, fields: dict[str, Any]
+) -> None:
+    job = insert(engine, db_now)
+    values: dict[str, Any] = {"id": job.id, "fence": 0, "ttl": HOUR, "now": db_now, **fields}
+
+    refused(lambda: engine.job_claim_by_id(JobClaimByIDParams(**values)), field)
+
+    assert Job.objects.get(id=job.id).state == "available"
+
+
+@pytest.mark.parametrize(
+    ("field", "fields"),
+    [
+        ("step", {"step": None}),
+        ("step", {"step": 3}),
+        ("step", {"step": None, "keep_step": True}),
+        ("step", {"step": "a\x00b"}),
+        ("keep_step", {"keep_step": 1}),
+        ("no_wait", {"no_wait": "no"}),
+        ("fence", {"fence": -1}),
+        ("attempt", {"attempt": -1}),
+        ("attempt", {"attempt": 1.0}),
+        ("cursor['when']", {"cursor": {"when": dt.datetime(2030, 1, 1)}}),
+        ("cursor", {"cursor": {1: "non-string key"}}),
+        ("cursor", {"cursor": float("nan")}),
+        ("cursor", {"cursor": "a\x00b"}),
+    ],
+)
+def test_validation__record_progress_refuses_what_would_not_read_back(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int, field: str, fields: dict[str, Any]
+) -> None:
+    job = running(engine, client_id, db_now)
+    values: dict[str, Any] = {
+        "id": job.id,
+        "attempted_by": client_id,
+        "fence": job.fence,
+        "attempt": job.attempt,
+        "step": "s",
+        **fields,
+    }
+
+    refused(lambda: engine.job_record_progress(JobRecordProgressParams(**values)), field)
+
+    assert Job.objects.get(id=job.id).progress is None
 
 
 @pytest.mark.parametrize("step", ["", LONG, None])

@@ -8,6 +8,8 @@ dependents and done notifications follow the one path every result takes.
 
 from __future__ import annotations
 
+from django.db import transaction
+
 from django_hopper.engine.decode import refuse_undecodable_lease
 from django_hopper.engine.params import (
     JobClaimByIDParams,
@@ -31,10 +33,14 @@ class LeasesMixin(PostgresSupport):
     """job_claim_by_id, job_lease_renew and job_expire_leases."""
 
     def _job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow:
-        """Lock the job's row (waiting for a holder), then claim it or say why not."""
+        """Lock the job's row (waiting for a holder unless ``no_wait``), then claim
+        it or say why not."""
         values = {"id": params.id, "fence": params.fence, "ttl": params.ttl, "now": params.now}
-        with db_errors(), self._atomic():
-            self._fetchone("job_claim_by_id.lock", values)
+        lock = "job_claim_by_id.lock.no_wait" if params.no_wait else "job_claim_by_id.lock"
+        # A refused lock aborts the transaction: a savepoint keeps the caller's usable.
+        savepoint = params.no_wait and self.connection.in_atomic_block
+        with db_errors(), transaction.atomic(using=self.alias, savepoint=savepoint):
+            self._fetchone(lock, values)
             row = self._fetchone("job_claim_by_id", values)
         if row is None or row[0] != "claimed":
             raise claim_by_id_refusal(row[0] if row else "not_found", params.id)

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from typing import Any
+
+from django.db import OperationalError
 
 from django_hopper.engine.decode import refuse_undecodable_lease
 from django_hopper.engine.params import (
@@ -27,9 +30,9 @@ from django_hopper.engine.params import (
 from django_hopper.engine.queries import COL
 from django_hopper.engine.rules import claim_by_id_refusal, lease_expiry_result
 from django_hopper.engine.sqlite.convert import db_time, from_db_time, job_from_row
-from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
+from django_hopper.engine.sqlite.support import Q, SQLiteSupport, is_locked, translate_errors
 from django_hopper.engine.sqlite.workflows import attach_dependencies
-from django_hopper.exceptions import JobFenced
+from django_hopper.exceptions import JobFenced, JobLocked
 from django_hopper.types import JobRow, LeaseFence
 
 _MICROSECOND = dt.timedelta(microseconds=1)
@@ -49,12 +52,20 @@ class LeasesMixin(SQLiteSupport):
             "token": uuid.uuid4().hex,
             "expires_at": db_time(now + params.ttl),
         }
-        with self._atomic(), self._cursor() as c:
-            c.execute(Q["job_claim_by_id"], args)
-            row = c.fetchone()
-            if row is None:
-                c.execute(Q["job_claim_by_id.status"], args)
-                status = c.fetchone()[0]
+        if params.no_wait:
+            with self._cursor() as c, self._short_lock_wait(c, "job_claim_by_id"):
+                try:
+                    with self._atomic(savepoint=True):
+                        row, status = self._claim_by_id(c, args)
+                except OperationalError as exc:
+                    if is_locked(exc):
+                        raise JobLocked(
+                            f"job {params.id} is locked: another transaction writes"
+                        ) from exc
+                    raise
+        else:
+            with self._atomic(), self._cursor() as c:
+                row, status = self._claim_by_id(c, args)
         if row is None:
             raise claim_by_id_refusal(status, params.id)
         job = job_from_row(row)
@@ -69,6 +80,15 @@ class LeasesMixin(SQLiteSupport):
             lease=LeaseFence(uuid.UUID(row[COL.lease_token]), job.fence),
             expires_at=expires_at,
         )
+
+    def _claim_by_id(self, c: Any, args: dict[str, Any]) -> tuple[Any, str]:
+        """Run the claim; without a row, ask why (in the same transaction)."""
+        c.execute(Q["job_claim_by_id"], args)
+        row = c.fetchone()
+        if row is not None:
+            return row, "claimed"
+        c.execute(Q["job_claim_by_id.status"], args)
+        return None, str(c.fetchone()[0])
 
     @translate_errors
     def _job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus:

@@ -6,9 +6,11 @@
 -- lease_renewed_at, which the claim sets to %(ttl)s and every renewal keeps.
 
 -- name: job_claim_by_id.lock
+-- variant: job_claim_by_id.lock.no_wait NO_WAIT
 -- Wait for the row if another transaction holds it; the claim statement that
--- follows then reads it as committed.
-SELECT j.id FROM hopper_job j WHERE j.id = %(id)s::uuid FOR UPDATE
+-- follows then reads it as committed. The no_wait variant refuses to wait
+-- (lock_not_available, which the engine reports as JobLocked).
+SELECT j.id FROM hopper_job j WHERE j.id = %(id)s::uuid FOR UPDATE/*IF NO_WAIT*/ NOWAIT/*END*/
 
 -- name: job_claim_by_id
 -- The claim and its refusal in one statement: `status` names the first rule

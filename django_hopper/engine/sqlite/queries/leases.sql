@@ -50,6 +50,12 @@ SELECT CASE WHEN j.id IS NULL
 FROM (SELECT 1) AS one
 LEFT JOIN hopper_job AS j ON j.id = %(id)s;
 
+-- name: job_claim_by_id.busy_timeout
+PRAGMA busy_timeout;
+
+-- name: job_claim_by_id.busy_timeout_set
+PRAGMA busy_timeout = {ms};
+
 -- name: job_lease_renew
 -- Extend the lease by its TTL from now while it is the job's: running at its
 -- fence with its token. No expiry test: a renewal succeeds until an expiry is
