@@ -72,6 +72,12 @@ class JobBase(models.Model):
     lease_token = models.UUIDField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     lease_renewed_at = models.DateTimeField(null=True, blank=True)
+    # Pass leases of resumable runs (docs/resumable.md): when the pass holding the
+    # job BEGAN (null: it has not, and a claim that never began costs no attempt),
+    # and the run's consecutive claims that did not begin (null: none). Written on
+    # the live table only; history has them so that its columns stay the live ones.
+    lease_began_at = models.DateTimeField(null=True, blank=True)
+    admission_misses = models.IntegerField(null=True, blank=True)
     # The job's step name within its workflow (WorkflowInsertParams.Steps), or null.
     step = models.CharField(max_length=255, null=True, blank=True)
 

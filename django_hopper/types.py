@@ -96,6 +96,8 @@ class RescueReason(Vocabulary):
     DEPENDENCY_FAILED = "dependency_failed"
     #: The job's stored values do not decode (JobRow.decode_error), so it could not run.
     UNDECODABLE = "undecodable"
+    #: A resumable run's claims kept missing their BEGIN (docs/resumable.md, "Admission misses").
+    ADMISSION_MISSED = "admission_missed"
 
 
 class DependencyFailure(Vocabulary):

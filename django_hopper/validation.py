@@ -75,6 +75,26 @@ def positive_duration(value: Any, field: str) -> dt.timedelta:
     return value
 
 
+#: The shortest pass lease a resumable job may hold. Below it the BEGIN margin
+#: (a share of the lease) is shorter than one database round trip under load,
+#: and the lease could not be renewed at a step boundary before it expired.
+PASS_LEASE_MIN = dt.timedelta(seconds=1)
+
+
+def pass_lease(value: Any, field: str = "lease") -> dt.timedelta:
+    """Return a pass lease (numbers are seconds) of at least :data:`PASS_LEASE_MIN`,
+    or raise InvalidJob naming the floor."""
+    lease = positive_duration(value, field)
+    if lease < PASS_LEASE_MIN:
+        raise InvalidJob(
+            f"{field} must be at least {PASS_LEASE_MIN.total_seconds():g} second (the pass "
+            f"lease floor), not {value!r}: a shorter lease expires before a pass can begin "
+            "or renew it",
+            field=field,
+        )
+    return lease
+
+
 def json_value(value: Any, field: str) -> Any:
     """Refuse anything that does not survive a JSON round trip unchanged in kind."""
     try:

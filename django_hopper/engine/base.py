@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, ClassVar
 from django.db import connections, transaction
 
 from django_hopper import validation
-from django_hopper.engine import checks, topics
+from django_hopper.engine import checks, rules, topics
 from django_hopper.engine.limits import validate_limits
 from django_hopper.engine.params import (
     BatchDuplicatesParams,
@@ -66,6 +66,13 @@ from django_hopper.engine.params import (
     JobLeaseRow,
     JobLeaseStatus,
     JobListParams,
+    JobPassBeginParams,
+    JobPassBegun,
+    JobPassMissed,
+    JobPassMissParams,
+    JobPassRow,
+    JobPassTaken,
+    JobPassTakeoverParams,
     JobRecordProgressParams,
     JobRescueParams,
     JobRetryManyParams,
@@ -103,6 +110,7 @@ from django_hopper.types import (
     JobID,
     JobManyResult,
     JobRow,
+    JobState,
     JobStepRow,
     Notification,
     PeriodicRegistrationRow,
@@ -470,6 +478,77 @@ class BaseEngine(ABC):
         """Return a job's step ledger in the order the steps were first tried (no fence)."""
         return self._job_steps(id)
 
+    # == pass leases of resumable runs =========================================
+
+    def job_pass_begin(self, params: JobPassBeginParams) -> JobPassBegun | None:
+        """BEGIN a claimed pass, the commitment point: the caller runs its handler
+        if and only if this returns a lease, and does not second-guess it.
+
+        Holds only while the claim still owns the job, has not begun, and its
+        lease (a client's claim: ``ttl`` from the claim) runs more than
+        ``margin`` past database now. It stamps the begin, clears the run's
+        admission misses and leaves the job owned by a pass lease of ``ttl``
+        from now (a client's claim becomes one, keeping ``attempted_by``), which
+        each step boundary renews and a later claim takes over once it expires.
+        None: not begun, nothing written.
+        """
+        checks.pass_begin(params)
+        return self._job_pass_begin(params)
+
+    def job_pass_miss(self, params: JobPassMissParams) -> JobPassMissed | None:
+        """Record an admission miss of a claim that did not begin, in one transaction.
+
+        Counts the miss and ends the claim as :func:`rules.admission_miss_result`
+        says: the attempt given back and a backoff, or the run discarded at
+        ``max_misses``. None: the claim no longer owns the job, or had begun;
+        nothing was written.
+        """
+        checks.pass_miss(params)
+        with transaction.atomic(using=self.alias, savepoint=False):
+            found = self._job_pass_miss(params)
+            if found is None:
+                return None
+            job, misses = found
+            result = rules.admission_miss_result(
+                job, misses, params.max_misses, params.reason, params.lease_token
+            )
+            applied = self.job_finalize_many(JobFinalizeParams(jobs=[result], now=params.now))
+        if not applied:
+            return None
+        return JobPassMissed(misses=misses, failed=result.state != JobState.SCHEDULED)
+
+    def job_pass_takeover_many(self, params: JobPassTakeoverParams) -> list[JobPassTaken]:
+        """End up to ``limit`` expired pass leases of ``kinds`` (by database time, no
+        grace), so that the claim that follows can take their runs over.
+
+        A pass that had begun is charged as a failed attempt; a claim that never
+        began is an admission miss (:func:`rules.pass_takeover_result`). Rows
+        another transaction holds are skipped. One transaction.
+        """
+        checks.pass_takeover(params)
+        if not params.kinds or params.limit == 0:
+            return []
+        with transaction.atomic(using=self.alias, savepoint=False):
+            expired = self._job_pass_expired(params)
+            if not expired:
+                return []
+            results = [
+                rules.pass_takeover_result(job, token, began, misses, params.max_misses)
+                for job, token, began, misses in expired
+            ]
+            applied = self.job_finalize_many(JobFinalizeParams(jobs=results, now=params.now))
+        done = {f.id for f in applied}
+        return [
+            JobPassTaken(id=job.id, began=began, misses=misses, state=JobState(result.state))
+            for (job, _token, began, misses), result in zip(expired, results, strict=True)
+            if job.id in done
+        ]
+
+    def job_pass_get(self, id: JobID) -> JobPassRow | None:
+        """Return what a live run's row says of its pass lease and admission misses
+        (None: not a live job)."""
+        return self._job_pass_get(id)
+
     # == clients ===============================================================
 
     def client_register(self, params: ClientRegisterParams) -> int:
@@ -829,6 +908,25 @@ class BaseEngine(ABC):
 
     @abstractmethod
     def _job_steps(self, id: JobID) -> list[JobStepRow]: ...
+
+    # -- pass leases of resumable runs
+
+    @abstractmethod
+    def _job_pass_begin(self, params: JobPassBeginParams) -> JobPassBegun | None: ...
+
+    @abstractmethod
+    def _job_pass_miss(self, params: JobPassMissParams) -> tuple[JobRow, int] | None:
+        """Count the miss on the claim's row (not begun); return the job and the new count."""
+
+    @abstractmethod
+    def _job_pass_expired(
+        self, params: JobPassTakeoverParams
+    ) -> list[tuple[JobRow, JobID, bool, int]]:
+        """Lock the expired pass leases (SKIP LOCKED), count a miss on those never
+        begun; return each job with its lease token, whether it began, and its misses."""
+
+    @abstractmethod
+    def _job_pass_get(self, id: JobID) -> JobPassRow | None: ...
 
     # -- clients
 

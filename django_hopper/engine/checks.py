@@ -23,6 +23,9 @@ from django_hopper.engine.params import (
     JobInsertOpts,
     JobInsertParams,
     JobListParams,
+    JobPassBeginParams,
+    JobPassMissParams,
+    JobPassTakeoverParams,
     JobRecordProgressParams,
     WorkflowInsertParams,
 )
@@ -242,3 +245,53 @@ def channel(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidJob(f"channel must be a non-empty string, not {value!r}", field="channel")
     return value
+
+
+# -- pass leases of resumable runs ---------------------------------------------
+
+
+def _pass_claim(p: JobPassBeginParams | JobPassMissParams) -> None:
+    """Refuse a pass's claim that names no holder, or a bad fence."""
+    if type(p.fence) is not int or p.fence < 1:
+        raise InvalidJob(f"fence must be a positive integer, not {p.fence!r}", field="fence")
+    if p.lease_token is None and (type(p.attempted_by) is not int):
+        raise InvalidJob(
+            "a pass's claim is a client (attempted_by) or a job lease (lease_token)",
+            field="attempted_by",
+        )
+    if p.lease_token is not None and not isinstance(p.lease_token, uuid.UUID):
+        raise InvalidJob(f"lease_token must be a UUID, not {p.lease_token!r}", field="lease_token")
+
+
+def max_misses(value: Any) -> int:
+    """Return the admission-miss bound (a positive integer) or raise InvalidJob naming it."""
+    return positive_limit(value, "max_misses")
+
+
+def pass_begin(p: JobPassBeginParams) -> None:
+    """Refuse a BEGIN with a lease under the floor or a margin that is not inside it."""
+    _pass_claim(p)
+    validation.pass_lease(p.ttl, "ttl")
+    if not isinstance(p.margin, dt.timedelta) or not dt.timedelta(0) <= p.margin < p.ttl:
+        raise InvalidJob(
+            f"margin must be a duration >= 0 and shorter than the lease, not {p.margin!r}",
+            field="margin",
+        )
+
+
+def pass_miss(p: JobPassMissParams) -> None:
+    """Refuse an admission miss with no bound or no reason."""
+    _pass_claim(p)
+    max_misses(p.max_misses)
+    if not isinstance(p.reason, str) or not p.reason or "\x00" in p.reason:
+        raise InvalidJob(f"reason must be a non-empty string, not {p.reason!r}", field="reason")
+
+
+def pass_takeover(p: JobPassTakeoverParams) -> None:
+    """Refuse a takeover with bad kinds, queue, limit or bound."""
+    if not isinstance(p.kinds, tuple) or not all(isinstance(k, str) and k for k in p.kinds):
+        raise InvalidJob(f"kinds must be a tuple of job kinds, not {p.kinds!r}", field="kinds")
+    if p.queue is not None:
+        validation.queue_name(p.queue)
+    limit(p.limit)
+    max_misses(p.max_misses)

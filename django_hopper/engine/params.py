@@ -19,6 +19,7 @@ from django_hopper.types import (
     DependencyFailure,
     JobID,
     JobRow,
+    JobState,
     LeaseFence,
     QueueLimits,
     StreamPosition,
@@ -746,3 +747,103 @@ class StreamPruneParams:
     #: At most this many per call.
     limit: int = 5_000
     now: dt.datetime | None = None
+
+
+# ---------------------------------------------------------------------------
+# Pass leases of resumable runs: BEGIN, admission misses, takeover
+
+
+@dataclass(slots=True, frozen=True)
+class JobPassBeginParams:
+    """BEGIN a claimed pass: the commitment point after which its handler runs.
+
+    The claim is a client's (``attempted_by`` + ``fence``) or a job lease's
+    (``lease_token`` + ``fence``). A client's claim is taken to have leased the
+    job for ``ttl`` from the claim (``attempted_at``).
+    """
+
+    id: JobID
+    attempted_by: int | None
+    fence: int
+    #: The pass lease's time to live, from BEGIN and from each step boundary.
+    ttl: dt.timedelta
+    #: BEGIN holds only while the lease runs more than this past database now.
+    margin: dt.timedelta
+    lease_token: JobID | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class JobPassBegun:
+    #: The pass lease that owns the job from BEGIN on: every later write is fenced to it.
+    lease: LeaseFence
+    expires_at: dt.datetime
+
+
+@dataclass(slots=True, frozen=True)
+class JobPassMissParams:
+    """Record an admission miss: a claim that did not BEGIN its pass.
+
+    Fenced to the claim, and only while it has not begun. The attempt is given
+    back (no handler ran); at ``max_misses`` consecutive misses the run is
+    discarded with ``reason``.
+    """
+
+    id: JobID
+    attempted_by: int | None
+    fence: int
+    #: Consecutive misses at which the run fails instead of waiting again.
+    max_misses: int
+    #: Why the claim did not begin (kept in the snooze reason, or the final error).
+    reason: str
+    lease_token: JobID | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class JobPassMissed:
+    #: Consecutive admission misses of the run, this one included.
+    misses: int
+    #: The run was discarded (``misses`` reached the bound) or canceled.
+    failed: bool
+
+
+@dataclass(slots=True, frozen=True)
+class JobPassTakeoverParams:
+    """Take over the pass leases of ``kinds`` that expired by database time.
+
+    A pass that had begun is charged as a failed attempt (its holder stopped
+    reporting); a claim that never began is an admission miss, not charged.
+    """
+
+    #: The resumable job kinds whose pass leases are taken over (none: nothing).
+    kinds: tuple[str, ...]
+    limit: int
+    #: Consecutive admission misses at which a never-begun run fails.
+    max_misses: int
+    #: Only this queue's runs, or every queue.
+    queue: str | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class JobPassTaken:
+    id: JobID
+    #: The state the takeover left the run in: waiting again, or finished.
+    state: JobState
+    #: The expired pass had begun, and was charged an attempt.
+    began: bool
+    #: The run's consecutive admission misses after the takeover.
+    misses: int
+
+
+@dataclass(slots=True)
+class JobPassRow:
+    """What a live run's row says of its current pass lease and admission misses."""
+
+    id: JobID
+    #: When the holding pass BEGAN; None before BEGIN (or with no pass running).
+    began_at: dt.datetime | None
+    #: Consecutive claims that did not begin their pass; 0 once one does.
+    admission_misses: int
+    lease_expires_at: dt.datetime | None

@@ -247,3 +247,110 @@ def step_from_row(
         last_error=last_error,
         recorded_at=recorded_at,
     )
+
+
+# -- pass leases of resumable runs ---------------------------------------------
+
+#: The error of a begun pass whose lease expired and that a later claim took over.
+PASS_LEASE_EXPIRED_ERROR = (
+    "interrupted: the pass holding this run stopped reporting, and its lease expired"
+)
+#: The start of the error of a run failed for missing its admission too many times.
+LEASE_TOO_SHORT_ERROR = "lease too short for this environment"
+#: The snooze reason of a run waiting after an admission miss.
+ADMISSION_MISS_REASON = "resumable: admission miss"
+#: The wait after a first admission miss; it doubles per consecutive miss, up to the max.
+ADMISSION_BACKOFF_BASE = dt.timedelta(seconds=1)
+ADMISSION_BACKOFF_MAX = dt.timedelta(minutes=5)
+
+
+def admission_backoff(misses: int) -> dt.timedelta:
+    """Return how long a run waits after its ``misses``-th consecutive admission miss.
+
+    Doubling keeps a run whose lease is too short for where it runs from being
+    claimed and released in a tight loop, while a one-off slow reply costs a second.
+    """
+    if misses <= 1:
+        return ADMISSION_BACKOFF_BASE
+    return min(ADMISSION_BACKOFF_BASE * 2 ** min(misses - 1, 20), ADMISSION_BACKOFF_MAX)
+
+
+def admission_miss_result(
+    job: JobRow, misses: int, max_misses: int, reason: str, token: JobID | None
+) -> JobFinalize:
+    """Return how an admission miss ends ``job``'s claim: the rule, written once.
+
+    No handler ran, so the attempt is given back (a snooze) and the run waits
+    :func:`admission_backoff`; at ``max_misses`` consecutive misses it is
+    discarded with :data:`LEASE_TOO_SHORT_ERROR` and ``reason``, since a run
+    that can never begin would otherwise be claimed and released forever with
+    nothing reporting it. A requested cancel cancels it. Fenced to the claim
+    (the lease ``token``, or the client).
+    """
+    by = None if token is not None else job.attempted_by
+    if job.cancel_requested_at is not None or misses >= max_misses:
+        canceled = job.cancel_requested_at is not None
+        error = (
+            "canceled before its pass began"
+            if canceled
+            else f"{LEASE_TOO_SHORT_ERROR}: {misses} consecutive claims did not begin "
+            f"their pass (the last: {reason})"
+        )
+        err = AttemptError(
+            at=None,
+            attempt=job.attempt,
+            error=error,
+            fence=job.fence,
+            rescue=RescueReason.CANCELED if canceled else RescueReason.ADMISSION_MISSED,
+            by=job.attempted_by,
+        )
+        return JobFinalize(
+            id=job.id,
+            attempted_by=by,
+            fence=job.fence,
+            state=JobState.CANCELED if canceled else JobState.DISCARDED,
+            error=err,
+            lease_token=token,
+        )
+    return JobFinalize(
+        id=job.id,
+        attempted_by=by,
+        fence=job.fence,
+        state=JobState.SCHEDULED,
+        delay=admission_backoff(misses),
+        snooze=True,
+        snooze_reason=f"{ADMISSION_MISS_REASON} {misses}/{max_misses}: {reason}",
+        lease_token=token,
+    )
+
+
+def pass_takeover_result(
+    job: JobRow, token: JobID, began: bool, misses: int, max_misses: int
+) -> JobFinalize:
+    """Return how a takeover ends a run whose pass lease expired.
+
+    A pass that had BEGUN started and never reported (a crash between BEGIN
+    and the handler included, which nothing can tell from a crash inside it),
+    so it is charged as a failed attempt, as any expired lease is. A claim that
+    never began ran nothing: an admission miss, not charged.
+    """
+    if not began:
+        return admission_miss_result(
+            job, misses, max_misses, "its lease expired before the pass began", token
+        )
+    err = AttemptError(
+        at=None,
+        attempt=job.attempt,
+        error=PASS_LEASE_EXPIRED_ERROR,
+        fence=job.fence,
+        rescue=RescueReason.LEASE_EXPIRED,
+        by=job.attempted_by,
+    )
+    return JobFinalize(
+        id=job.id,
+        attempted_by=None,
+        fence=job.fence,
+        state=rescued_state(job),
+        error=err,
+        lease_token=token,
+    )

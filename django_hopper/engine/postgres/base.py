@@ -15,6 +15,7 @@ from django_hopper.engine.postgres.jobs import JobsMixin
 from django_hopper.engine.postgres.leases import LeasesMixin
 from django_hopper.engine.postgres.listener import ConnectionRoute
 from django_hopper.engine.postgres.operator import OperatorMixin
+from django_hopper.engine.postgres.passes import PassesMixin
 from django_hopper.engine.postgres.pubsub import PubSubMixin
 from django_hopper.engine.postgres.queues import QueuesMixin
 from django_hopper.engine.postgres.stats import StatsMixin
@@ -34,6 +35,7 @@ class PostgresEngine(
     WorkflowsMixin,
     LeasesMixin,
     StepsMixin,
+    PassesMixin,
     PubSubMixin,
     StreamsMixin,
 ):

@@ -9,6 +9,7 @@ from django_hopper.engine.sqlite.history import SQLitePeriodicHistoryMixin
 from django_hopper.engine.sqlite.jobs import JobsMixin
 from django_hopper.engine.sqlite.leases import LeasesMixin
 from django_hopper.engine.sqlite.operator import OperatorMixin
+from django_hopper.engine.sqlite.passes import PassesMixin
 from django_hopper.engine.sqlite.pubsub import PubSubMixin
 from django_hopper.engine.sqlite.queues import QueuesMixin
 from django_hopper.engine.sqlite.stats import StatsMixin
@@ -28,6 +29,7 @@ class SQLiteEngine(
     WorkflowsMixin,
     LeasesMixin,
     StepsMixin,
+    PassesMixin,
     PubSubMixin,
     StreamsMixin,
 ):

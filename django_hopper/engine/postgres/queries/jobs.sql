@@ -465,7 +465,8 @@ kept AS (
                                                          || m.error::jsonb) END,
         lease_token = NULL,
         lease_expires_at = NULL,
-        lease_renewed_at = NULL
+        lease_renewed_at = NULL,
+        lease_began_at = NULL
     FROM locked m CROSS JOIN clock c
     WHERE j.id = m.id AND m.state IN ('retryable', 'scheduled')
 ),

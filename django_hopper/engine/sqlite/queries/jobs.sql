@@ -320,7 +320,8 @@ SET state = r.state,
                   ELSE hopper_json_append(hopper_job.errors, r.error) END,
     lease_token = NULL,
     lease_expires_at = NULL,
-    lease_renewed_at = NULL
+    lease_renewed_at = NULL,
+    lease_began_at = NULL
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS fence,
              json_extract(value, '$[2]') AS client, json_extract(value, '$[3]') AS lease,
              json_extract(value, '$[4]') AS state, json_extract(value, '$[5]') AS scheduled_at,
