@@ -801,6 +801,57 @@ class Suite:
                 out[f"ratio_{mode}_{procs}proc"] = round(bounced / direct, 3) if direct else None
         return out
 
+    def measure_observe(self, rounds: int = 3) -> dict[str, Any]:
+        """Work the processing load with tracing and metrics off and on, alternating.
+
+        Each round works the same jobs once per set-up, back to back, so that
+        every ratio compares runs a few seconds apart on the same machine
+        (whose load may change between rounds): off; tracing and metrics on
+        with every job sampled (metrics through OpenTelemetry); with
+        parent-based sampling of a tenth of the traces; and that with the
+        Prometheus exporter, the set-up docs/observability.md recommends. The median
+        of each set-up's per-round ratios is the figure; CPU µs per job is the
+        load-independent one.
+        """
+        n = size("processing", self.scale)
+        setups = {
+            "off": {},
+            "on_sampled_all": {"BENCH_OBSERVE": "1", "BENCH_OBSERVE_RATIO": "1"},
+            "on_sampled_0.1": {"BENCH_OBSERVE": "1", "BENCH_OBSERVE_RATIO": "0.1"},
+            "on_sampled_0.1_prometheus": {
+                "BENCH_OBSERVE": "1",
+                "BENCH_OBSERVE_RATIO": "0.1",
+                "BENCH_OBSERVE_EXPORTER": "prometheus",
+            },
+        }
+        out: dict[str, Any] = {"rounds": []}
+        for i in range(rounds):
+            row: dict[str, Any] = {}
+            for name, env in setups.items():
+                self.reset()
+                self.seed(queue="bench", n=n)
+                self.settle()
+                self.progress(f"observe round {i + 1} of {rounds}: {name}")
+                row[name] = self.process(n, 1, env=env)
+            off = row["off"]["jobs_per_s"]
+            for name in setups:
+                if name != "off":
+                    on = row[name]["jobs_per_s"]
+                    row[f"ratio_{name}"] = round(on / off, 3) if on and off else None
+                    row[f"extra_cpu_us_{name}"] = round(
+                        row[name]["cpu_us_per_job"] - row["off"]["cpu_us_per_job"], 1
+                    )
+            out["rounds"].append(row)
+        for key in out["rounds"][0]:
+            if key.startswith(("ratio_", "extra_cpu_us_")):
+                values = [r[key] for r in out["rounds"] if r[key] is not None]
+                out[key] = statistics.median(values) if values else None
+        for name in setups:
+            out[f"cpu_us_per_job_{name}"] = statistics.median(
+                r[name]["cpu_us_per_job"] for r in out["rounds"]
+            )
+        return out
+
     def profile(self, path: Path) -> dict[str, Any]:
         """Run one burst worker under py-spy (raw collapsed stacks) and summarize it."""
         import shutil
@@ -1102,6 +1153,10 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
         figures = suite.measure_pgbouncer()
         print(render_pgbouncer(figures), flush=True)
         return {"pgbouncer": figures}
+    if args.observe:
+        figures = suite.measure_observe(args.runs)
+        print(render_observe(suite.engine_name, figures), flush=True)
+        return {"observe": figures}
     runs = []
     for i in range(0 if args.profile_only else args.runs):
         suite.progress(f"run {i + 1} of {args.runs} (scale {args.scale})")
@@ -1120,6 +1175,23 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
 
         print(render_summary(out["profile"]), flush=True)
     return out
+
+
+def render_observe(engine: str, r: dict[str, Any]) -> str:
+    """Return the throughput with tracing and metrics on as ratios to off, as a table."""
+    lines = [f"{engine}: processing with tracing + metrics on, as a ratio to off (same round)"]
+    for i, row in enumerate(r["rounds"], 1):
+        cells = [f"off {num(row['off']['jobs_per_s'])}/s"]
+        for name in ("on_sampled_all", "on_sampled_0.1", "on_sampled_0.1_prometheus"):
+            cells.append(f"{name} {num(row[name]['jobs_per_s'])}/s ({row[f'ratio_{name}']})")
+        lines.append(f"  round {i}: " + ", ".join(cells))
+    for name in ("on_sampled_all", "on_sampled_0.1", "on_sampled_0.1_prometheus"):
+        lines.append(
+            f"  median ratio {name}: {r[f'ratio_{name}']}; CPU per job "
+            f"{r['cpu_us_per_job_off']} -> {r[f'cpu_us_per_job_{name}']} µs "
+            f"(+{r[f'extra_cpu_us_{name}']})"
+        )
+    return "\n".join(lines)
 
 
 def render_pgbouncer(r: dict[str, Any]) -> str:
@@ -1178,7 +1250,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="PostgreSQL only: processing throughput through PgBouncer (transaction and "
         "session pooling) as a ratio to direct, instead of the suite.",
     )
+    parser.add_argument(
+        "--observe",
+        action="store_true",
+        help="Only processing with tracing and metrics off and on, alternating --runs rounds; "
+        "ratios to off and CPU per job.",
+    )
     args = parser.parse_args(argv)
+    if args.observe and args.engine == "both":
+        parser.error("--observe needs --engine postgres or sqlite")
     if args.pgbouncer and args.engine != "postgres":
         parser.error("--pgbouncer needs --engine postgres")
     if args.runs < 1 or args.scale <= 0:

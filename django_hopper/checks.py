@@ -221,12 +221,13 @@ def _check_numbers(user: dict[str, Any], defaults: dict[str, Any]) -> list[Any]:
                 id="hopper.E015",
             )
         )
-    for key in ("TRACING", "METRICS"):
+    for key, choices in (("TRACING", ()), ("METRICS", ("prometheus", "otel"))):
         value = user.get(key, defaults[key])
-        if value is not None and not isinstance(value, bool):
+        if value is not None and not isinstance(value, bool) and value not in choices:
+            named = "".join(f", {c!r}" for c in choices)
             errors.append(
                 Error(
-                    f"HOPPER[{key!r}] must be None, True or False, not {value!r}.",
+                    f"HOPPER[{key!r}] must be None, True, False{named}, not {value!r}.",
                     hint="None (the default) turns it on when its package is installed.",
                     id="hopper.E016",
                 )

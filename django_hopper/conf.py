@@ -83,9 +83,10 @@ DEFAULTS: dict[str, Any] = {
     # OpenTelemetry tracing of enqueue and execution (django-hopper[otel]):
     # None turns it on when opentelemetry-api is installed, False turns it off.
     "TRACING": None,
-    # Job metrics through OpenTelemetry (when opentelemetry-api is installed)
-    # and Prometheus (when prometheus-client is): None turns them on when
-    # installed, False turns them off.
+    # Job metrics and their one exporter per process: "prometheus", "otel",
+    # False for none; None (or True) takes OpenTelemetry when an SDK
+    # MeterProvider is configured, else Prometheus when prometheus-client is
+    # installed, else OpenTelemetry's API.
     "METRICS": None,
     # A bearer token that lets a scraper read the metrics view without a staff
     # session ("" accepts staff sessions only).

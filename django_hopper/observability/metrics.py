@@ -1,21 +1,27 @@
 """Job metrics: OpenTelemetry instruments and a Prometheus exposition.
 
 Counters by queue and kind, histograms of run duration and pickup latency, fed
-by the job signals (:class:`MetricsSink`); gauges of queue depth by state and
-the oldest waiting job's age, read from the database when metrics are
-collected, never per job (:class:`QueueDepth`: one ``stats()`` call per
-collection, shared by both exporters, cluster-wide); and the gauges of the
-workers of this process (slots, busy slots, claim sizes), read from the
-workers' own counters at collection.
+by the job signals (:class:`MetricsSink`) into plain per-process totals
+(:class:`Aggregate`, about a microsecond per job) that the exporters read when
+metrics are collected; gauges of queue depth by state and the oldest waiting
+job's age, read from the database when metrics are collected, never per job
+(:class:`QueueDepth`: one ``stats()`` call per collection, shared by both
+exporters, cluster-wide); and the gauges of the workers of this process
+(slots, busy slots, claim sizes), read from the workers' own counters at
+collection.
 
-Backends, each on when its package is installed (``HOPPER["METRICS"]`` False
-turns both off):
+One exporter per process (``HOPPER["METRICS"]``: ``"prometheus"``, ``"otel"``,
+False for none; None or True choose, see :func:`exporter`):
 
 * OpenTelemetry (``opentelemetry-api``): a ``django_hopper`` meter on the
   global ``MeterProvider``; configure an SDK and a reader/exporter as usual.
-* Prometheus (``prometheus-client``): metrics on the client's default
+  Its counters are observable (read from the totals); its two histograms are
+  recorded per attempt, the API having no observable histogram.
+* Prometheus (``prometheus-client``): one collector on the client's default
   registry, served by ``hopper_worker --metrics-port`` (:func:`serve`) or by
-  the :func:`django_hopper.observability.views.metrics` view.
+  the :func:`django_hopper.observability.views.metrics` view. Both read the
+  same totals, so either serves the Prometheus exposition whatever the
+  exporter, at no cost per job.
 
 Names (Prometheus; OpenTelemetry uses the dotted form, e.g. ``hopper.jobs.completed``):
 
@@ -43,6 +49,7 @@ Names (Prometheus; OpenTelemetry uses the dotted form, e.g. ``hopper.jobs.comple
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 import time
@@ -55,6 +62,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from django_hopper import __version__, queues
+from django_hopper.conf import hopper_settings
 from django_hopper.engine import get_engine
 from django_hopper.observability import Sink, add_sink
 
@@ -162,98 +170,167 @@ def worker_gauges() -> dict[str, dict[str, float]]:
 
 
 # ---------------------------------------------------------------------------
-# Backends
+# What is recorded per job: plain counts and bucket counts, read at collection
+
+
+class Aggregate:
+    """This process's job counters and histograms, in plain dicts.
+
+    Recording a job is a few dict operations under one lock (about a
+    microsecond), where a metrics library's instrument costs several per
+    call: the exporters read these totals when metrics are collected, so a
+    job pays for its numbers once whichever exporter (or both) reads them.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: (event, queue, kind) -> jobs.
+        self._counts: dict[tuple[str, str, str], int] = {}
+        #: (histogram, queue, kind) -> count per bucket (the last: above every
+        #: bound), then the sum of the values.
+        self._histograms: dict[tuple[str, str, str], list[float]] = {}
+
+    def count(self, event: str, queue: str, kind: str, n: int = 1) -> None:
+        """Add ``n`` jobs to an event's count."""
+        key = (event, queue, kind)
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + n
+
+    def observe(self, histogram: str, queue: str, kind: str, value: float) -> None:
+        """Add one value to a histogram (``kind`` "" for one by queue only)."""
+        bucket = bisect.bisect_left(BUCKETS, value)  # Prometheus' ``le``: value <= bound
+        key = (histogram, queue, kind)
+        with self._lock:
+            counts = self._histograms.get(key)
+            if counts is None:
+                counts = self._histograms[key] = [0.0] * (len(BUCKETS) + 2)
+            counts[bucket] += 1
+            counts[-1] += value
+
+    def counts(self) -> dict[tuple[str, str, str], int]:
+        """Return a copy of the counts."""
+        with self._lock:
+            return dict(self._counts)
+
+    def histograms(self) -> dict[tuple[str, str, str], list[float]]:
+        """Return a copy of the histograms."""
+        with self._lock:
+            return {key: list(counts) for key, counts in self._histograms.items()}
+
+
+#: This process's job numbers: the one thing the sink records into.
+aggregate = Aggregate()
+
+
+# ---------------------------------------------------------------------------
+# Exporters
+
+
+#: Prometheus histograms: (name in the aggregate, metric, labels, help).
+_PROMETHEUS_HISTOGRAMS = (
+    (
+        "duration",
+        "hopper_job_duration_seconds",
+        ("queue", "kind"),
+        "How long attempts ran, by queue and kind.",
+    ),
+    (
+        "latency",
+        "hopper_job_pickup_latency_seconds",
+        ("queue",),
+        "Time from a job's scheduled time (or insert) to its claim, by queue.",
+    ),
+)
 
 
 class PrometheusMetrics:
-    """The Prometheus metrics, made once per process on the client's default registry."""
+    """The Prometheus exposition: one collector on the client's default registry.
+
+    Everything is read at scrape time: the job counters and histograms from
+    :data:`aggregate`, the queue depths from one ``stats()`` call, the worker
+    gauges from the producers.
+    """
 
     def __init__(self, registry: Any = None) -> None:
         import prometheus_client as pc  # noqa: PLC0415 - optional dependency
 
         self.registry = registry if registry is not None else pc.REGISTRY
-        self.counters = {
-            event: pc.Counter(
-                f"hopper_jobs_{event}",
-                f"Jobs {event}, by queue and kind.",
-                ["queue", "kind"],
-                registry=self.registry,
-            )
-            for event in EVENTS
-        }
-        self.duration = pc.Histogram(
-            "hopper_job_duration_seconds",
-            "How long attempts ran, by queue and kind.",
-            ["queue", "kind"],
-            buckets=BUCKETS,
-            registry=self.registry,
-        )
-        self.latency = pc.Histogram(
-            "hopper_job_pickup_latency_seconds",
-            "Time from a job's scheduled time (or insert) to its claim, by queue.",
-            ["queue"],
-            buckets=BUCKETS,
-            registry=self.registry,
-        )
-        self._children: dict[tuple[str, str, str], Any] = {}
         self.registry.register(_Collector())
-
-    def _child(self, metric: str, queue: str, kind: str) -> Any:
-        key = (metric, queue, kind)
-        child = self._children.get(key)
-        if child is None:
-            if metric == "duration":
-                child = self.duration.labels(queue, kind)
-            elif metric == "latency":
-                child = self.latency.labels(queue)
-            else:
-                child = self.counters[metric].labels(queue, kind)
-            self._children[key] = child
-        return child
-
-    def count(self, event: str, queue: str, kind: str, n: int = 1) -> None:
-        self._child(event, queue, kind).inc(n)
-
-    def observe_duration(self, queue: str, kind: str, seconds: float) -> None:
-        self._child("duration", queue, kind).observe(seconds)
-
-    def observe_latency(self, queue: str, kind: str, seconds: float) -> None:
-        self._child("latency", queue, "").observe(seconds)
 
 
 class _Collector:
-    """The gauges read at scrape time: queue depths (one query) and this process's workers."""
+    """The metrics read at scrape time: job numbers, queue depths (one query), workers."""
 
     def describe(self) -> list[Any]:
         return []  # collected lazily: never query the database at registration
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # noqa: PLC0415 - optional dependency
+        yield from self._jobs()
+        yield from self._depths()
+        yield from self._workers()
+
+    def _jobs(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily  # noqa: PLC0415 - optional dependency
+        from prometheus_client.utils import floatToGoString  # noqa: PLC0415 - optional dependency
+
+        counts = aggregate.counts()
+        for event in EVENTS:
+            family = CounterMetricFamily(
+                f"hopper_jobs_{event}",
+                f"Jobs {event}, by queue and kind.",
+                labels=["queue", "kind"],
+            )
+            for (name, queue, kind), n in sorted(counts.items()):
+                if name == event:
+                    family.add_metric([queue, kind], n)
+            yield family
+        histograms = aggregate.histograms()
+        bounds = [floatToGoString(b) for b in BUCKETS] + ["+Inf"]
+        for name, metric, labels, doc in _PROMETHEUS_HISTOGRAMS:
+            histogram = HistogramMetricFamily(metric, doc, labels=list(labels))
+            for (hist, queue, kind), per_bucket in sorted(histograms.items()):
+                if hist != name:
+                    continue
+                cumulative, buckets = 0.0, []
+                for bound, seen in zip(bounds, per_bucket[:-1], strict=True):
+                    cumulative += seen
+                    buckets.append((bound, cumulative))
+                values = [queue, kind] if len(labels) == 2 else [queue]
+                histogram.add_metric(values, buckets, per_bucket[-1])
+            yield histogram
+
+    def _depths(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415 - optional dependency
 
         stats = depth.read()
-        if stats is not None:
-            jobs = GaugeMetricFamily(
-                "hopper_queue_jobs", "Jobs in each live state, by queue.", labels=["queue", "state"]
-            )
-            oldest = GaugeMetricFamily(
-                "hopper_queue_oldest_available_seconds",
-                "Age of the oldest job that could be claimed now, by queue.",
-                labels=["queue"],
-            )
-            paused = GaugeMetricFamily(
-                "hopper_queue_paused", "1 while a queue is paused.", labels=["queue"]
-            )
-            for name, q in sorted(stats.queues.items()):
-                for state in DEPTH_STATES:
-                    jobs.add_metric([name, state], getattr(q, state))
-                oldest.add_metric([name], q.oldest_available.total_seconds())
-                paused.add_metric([name], 1.0 if q.paused else 0.0)
-            yield jobs
-            yield oldest
-            yield paused
-            yield GaugeMetricFamily(
-                "hopper_clients_live", "Workers with a live lease.", value=stats.live_clients
-            )
+        if stats is None:
+            return
+        jobs = GaugeMetricFamily(
+            "hopper_queue_jobs", "Jobs in each live state, by queue.", labels=["queue", "state"]
+        )
+        oldest = GaugeMetricFamily(
+            "hopper_queue_oldest_available_seconds",
+            "Age of the oldest job that could be claimed now, by queue.",
+            labels=["queue"],
+        )
+        paused = GaugeMetricFamily(
+            "hopper_queue_paused", "1 while a queue is paused.", labels=["queue"]
+        )
+        for name, q in sorted(stats.queues.items()):
+            for state in DEPTH_STATES:
+                jobs.add_metric([name, state], getattr(q, state))
+            oldest.add_metric([name], q.oldest_available.total_seconds())
+            paused.add_metric([name], 1.0 if q.paused else 0.0)
+        yield jobs
+        yield oldest
+        yield paused
+        yield GaugeMetricFamily(
+            "hopper_clients_live", "Workers with a live lease.", value=stats.live_clients
+        )
+
+    def _workers(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily  # noqa: PLC0415 - optional dependency
+
         gauges = worker_gauges()
         for name, doc in (
             ("slots", "Jobs this process's workers may run at once, by queue."),
@@ -275,7 +352,14 @@ class _Collector:
 
 
 class OTelMetrics:
-    """The same metrics as OpenTelemetry instruments on the ``django_hopper`` meter."""
+    """The metrics as OpenTelemetry instruments on the ``django_hopper`` meter.
+
+    The counters are observable: the SDK reads :data:`aggregate`'s totals at
+    each collection, so a job costs no instrument call for them. The API has
+    no observable histogram, so the two histograms are recorded per attempt
+    (:meth:`observe_duration`, :meth:`observe_latency`): the only per-job cost
+    of this exporter.
+    """
 
     def __init__(self, meter_provider: Any = None) -> None:
         from opentelemetry import metrics  # noqa: PLC0415 - optional dependency
@@ -283,12 +367,13 @@ class OTelMetrics:
         meter = metrics.get_meter("django_hopper", __version__, meter_provider=meter_provider)
         #: Attribute dicts by (queue, kind), made once (they are read, never changed).
         self._attrs: dict[tuple[str, str], dict[str, str]] = {}
-        self.counters = {
-            event: meter.create_counter(
-                f"hopper.jobs.{event}", unit="{job}", description=f"Jobs {event}."
+        for event in EVENTS:
+            meter.create_observable_counter(
+                f"hopper.jobs.{event}",
+                callbacks=[self._counter(event)],
+                unit="{job}",
+                description=f"Jobs {event}.",
             )
-            for event in EVENTS
-        }
         self.duration = meter.create_histogram(
             "hopper.job.duration", unit="s", description="How long attempts ran."
         )
@@ -337,14 +422,21 @@ class OTelMetrics:
             )
         return attributes
 
-    def count(self, event: str, queue: str, kind: str, n: int = 1) -> None:
-        self.counters[event].add(n, self._attributes(queue, kind))
-
     def observe_duration(self, queue: str, kind: str, seconds: float) -> None:
         self.duration.record(seconds, self._attributes(queue, kind))
 
     def observe_latency(self, queue: str, kind: str, seconds: float) -> None:
         self.latency.record(seconds, self._attributes(queue, ""))
+
+    def _counter(self, event: str) -> Any:
+        def callback(options: Any) -> Iterator[Any]:
+            from opentelemetry.metrics import Observation  # noqa: PLC0415 - optional dependency
+
+            for (name, queue, kind), n in sorted(aggregate.counts().items()):
+                if name == event:
+                    yield Observation(n, self._attributes(queue, kind))
+
+        return callback
 
     def _queue_jobs(self, options: Any) -> Iterator[Any]:
         from opentelemetry.metrics import Observation  # noqa: PLC0415 - optional dependency
@@ -374,68 +466,71 @@ class OTelMetrics:
 # ---------------------------------------------------------------------------
 # The sink
 
+#: What an attempt's outcome counts, by the state it ended in.
+_OUTCOMES: dict[str, tuple[str, ...]] = {
+    "completed": ("completed",),
+    "retryable": ("failed", "retried"),
+    "discarded": ("failed", "discarded"),
+    "canceled": ("cancelled",),
+}
+
 
 class MetricsSink(Sink):
-    """Count job events and time attempts into every backend that is on."""
+    """Count job events and time attempts into the aggregate (and OTel's histograms).
+
+    ``histograms`` is the OpenTelemetry exporter when it is this process's
+    exporter (it records its two histograms per attempt), else None.
+    """
 
     wants = frozenset(
         {"enqueued", "started", "finished", "ended", "rescued", "worker_started", "worker_stopped"}
     )
 
-    def __init__(self, backends: Sequence[Any]) -> None:
-        self.backends = list(backends)
-
-    def _count(self, event: str, queue: str, kind: str, n: int = 1) -> None:
-        for b in self.backends:
-            b.count(event, queue, kind, n)
+    def __init__(self, numbers: Aggregate | None = None, histograms: Any = None) -> None:
+        self.numbers = numbers if numbers is not None else aggregate
+        self.histograms = histograms
 
     def enqueued(self, sender: Any, jobs: Sequence[JobRow], duplicates: Sequence[JobRow]) -> None:
         """Count inserted jobs (duplicates were not inserted)."""
         by: Counter[tuple[str, str]] = Counter((j.queue, j.kind) for j in jobs)
         for (queue, kind), n in by.items():
-            self._count("enqueued", queue, kind, n)
+            self.numbers.count("enqueued", queue, kind, n)
 
     def started(self, job: JobRow) -> None:
         """Record the pickup latency: from the job's scheduled time to its claim."""
         if job.attempted_at is None:
             return
         waited = max((job.attempted_at - job.scheduled_at).total_seconds(), 0.0)
-        for b in self.backends:
-            b.observe_latency(job.queue, job.kind, waited)
+        self.numbers.observe("latency", job.queue, "", waited)
+        if self.histograms is not None:
+            self.histograms.observe_latency(job.queue, job.kind, waited)
 
     def finished(
         self, job: JobRow, state: str, error: BaseException | str | None, duration: float | None
     ) -> None:
         """Count the attempt's outcome and record its duration."""
         queue, kind = job.queue, job.kind
-        if state == "completed":
-            self._count("completed", queue, kind)
-        elif state == "retryable":
-            self._count("failed", queue, kind)
-            self._count("retried", queue, kind)
-        elif state == "discarded":
-            self._count("failed", queue, kind)
-            self._count("discarded", queue, kind)
-        elif state == "canceled":
-            self._count("cancelled", queue, kind)
+        for event in _OUTCOMES.get(state, ()):
+            self.numbers.count(event, queue, kind)
         if duration is not None:
-            for b in self.backends:
-                b.observe_duration(queue, kind, duration)
+            self.numbers.observe("duration", queue, kind, duration)
+            if self.histograms is not None:
+                self.histograms.observe_duration(queue, kind, duration)
 
     def ended(self, jobs: Sequence[JobRow]) -> None:
         """Count jobs ended outside an attempt (expired, rescued out of attempts, canceled)."""
         for job in jobs:
             if job.state == "canceled":
-                self._count("cancelled", job.queue, job.kind)
+                self.numbers.count("cancelled", job.queue, job.kind)
             elif job.state == "discarded":
-                self._count("discarded", job.queue, job.kind)
+                self.numbers.count("discarded", job.queue, job.kind)
 
     def rescued(self, jobs: Sequence[JobRow]) -> None:
         """Count rescued attempts (their endings are counted by ``ended``; retries here)."""
         for job in jobs:
-            self._count("rescued", job.queue, job.kind)
+            self.numbers.count("rescued", job.queue, job.kind)
             if job.state == "retryable":
-                self._count("retried", job.queue, job.kind)
+                self.numbers.count("retried", job.queue, job.kind)
 
     def worker_started(self, worker: Worker) -> None:
         """Watch the worker's slots and claims."""
@@ -447,30 +542,63 @@ class MetricsSink(Sink):
 
 
 _prometheus: PrometheusMetrics | None = None
+_otel: OTelMetrics | None = None
 _sink: MetricsSink | None = None
 
 
 def prometheus() -> PrometheusMetrics:
-    """Return this process's Prometheus metrics, made on first use."""
+    """Return this process's Prometheus exposition, registered on first use."""
     global _prometheus
     if _prometheus is None:
         _prometheus = PrometheusMetrics()
     return _prometheus
 
 
+def otel_configured() -> bool:
+    """Return whether an OpenTelemetry SDK ``MeterProvider`` is set globally."""
+    if not otel_available():
+        return False
+    from opentelemetry import metrics as otel_metrics  # noqa: PLC0415 - optional dependency
+
+    provider = type(otel_metrics.get_meter_provider()).__name__
+    return provider not in ("_ProxyMeterProvider", "NoOpMeterProvider")
+
+
+def exporter() -> str | None:
+    """Return this process's metrics exporter: "prometheus", "otel" or None.
+
+    ``HOPPER["METRICS"]`` names it; None or True choose: OpenTelemetry when an
+    SDK ``MeterProvider`` is configured by then, else Prometheus when
+    ``prometheus-client`` is installed, else OpenTelemetry when its API is.
+    One per process, so that no number is recorded twice.
+    """
+    setting = hopper_settings.METRICS
+    if setting is False:
+        return None
+    if setting == "prometheus":
+        return "prometheus" if prometheus_available() else None
+    if setting == "otel":
+        return "otel" if otel_available() else None
+    if otel_configured():
+        return "otel"
+    if prometheus_available():
+        return "prometheus"
+    return "otel" if otel_available() else None
+
+
 def setup() -> MetricsSink | None:
-    """Turn on the backends whose packages are installed; return the sink, if any."""
-    global _sink
+    """Turn on this process's exporter and the sink that feeds it; return the sink, if any."""
+    global _sink, _otel
     if _sink is not None:
         return _sink
-    backends: list[Any] = []
-    if prometheus_available():
-        backends.append(prometheus())
-    if otel_available():
-        backends.append(OTelMetrics())
-    if not backends:
+    chosen = exporter()
+    if chosen is None:
         return None
-    _sink = MetricsSink(backends)
+    if chosen == "prometheus":
+        prometheus()
+    elif _otel is None:
+        _otel = OTelMetrics()
+    _sink = MetricsSink(aggregate, _otel if chosen == "otel" else None)
     add_sink(_sink)
     return _sink
 
@@ -488,6 +616,7 @@ def serve(port: int, host: str = "127.0.0.1") -> Any:
     import prometheus_client  # noqa: PLC0415 - optional dependency
 
     setup()
+    prometheus()
     served = prometheus_client.start_http_server(port, addr=host)
     logger.info("serving Prometheus metrics on http://%s:%d/metrics", host, port)
     return served

@@ -41,7 +41,17 @@ from django_hopper.observability import Sink
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
-    from opentelemetry.trace import SpanKind, Status, StatusCode
+    from opentelemetry.trace import (
+        NonRecordingSpan,
+        SpanContext,
+        SpanKind,
+        Status,
+        StatusCode,
+        TraceFlags,
+    )
+
+    #: The parent of a trace's first span: an empty context.
+    _ROOT = otel_context.Context()
 except ImportError:  # pragma: no cover - the extra is not installed
     trace = None  # type: ignore[assignment]
 
@@ -57,6 +67,23 @@ SYSTEM = "django_hopper"
 def available() -> bool:
     """Return whether ``opentelemetry-api`` is installed."""
     return trace is not None
+
+
+def _drops_unsampled_parents(provider: Any) -> bool:
+    """Return whether ``provider`` samples with the SDK's ``ParentBased`` that drops
+    the children of an unsampled remote parent (its default), asked once by a probe."""
+    try:
+        from opentelemetry.sdk.trace.sampling import Decision, ParentBased  # noqa: PLC0415 - optional: the SDK may be absent
+    except ImportError:
+        return False
+    sampler = getattr(provider, "sampler", None)
+    if not isinstance(sampler, ParentBased):
+        return False
+    probe = NonRecordingSpan(
+        SpanContext(trace_id=1, span_id=1, is_remote=True, trace_flags=TraceFlags(0))
+    )
+    result = sampler.should_sample(trace.set_span_in_context(probe), trace_id=1, name="probe")
+    return result.decision is Decision.DROP
 
 
 def _ns(at: dt.datetime | None, ceiling: int) -> int:
@@ -75,6 +102,10 @@ class TracingSink(Sink):
         self.tracer = trace.get_tracer(
             "django_hopper", __version__, tracer_provider=tracer_provider
         )
+        self._provider = tracer_provider
+        #: (the provider asked, whether its sampler drops every child of an
+        #: unsampled remote parent): asked once per provider.
+        self._drops: tuple[Any, bool] = (None, False)
         #: Enqueue spans opened by ``enqueuing``, closed by ``enqueued``.
         self._enqueues: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
             f"hopper_enqueue_spans_{id(self)}", default=()
@@ -108,12 +139,15 @@ class TracingSink(Sink):
         span = self.tracer.start_span(
             f"enqueue {kind}", kind=SpanKind.PRODUCER, attributes=attributes
         )
-        if not span.is_recording():
+        if not span.get_span_context().is_valid:  # the API's no-op tracer: no SDK
             self._enqueues.set(())
             return None
+        # Stored even when the trace is not sampled: its flags carry the
+        # decision to the attempts, so a parent-based sampler drops them too
+        # instead of sampling each attempt as the root of a trace of its own.
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=trace.set_span_in_context(span))
-        self._enqueues.set((span,))
+        self._enqueues.set((span,) if span.is_recording() else ())
         return {METADATA_KEY: carrier} if carrier else None
 
     def enqueued(self, sender: Any, jobs: Sequence[JobRow], duplicates: Sequence[JobRow]) -> None:
@@ -137,7 +171,14 @@ class TracingSink(Sink):
         """Open the attempt's span (from its claim), current in the attempt's thread."""
         metadata = job.metadata if isinstance(job.metadata, dict) else {}
         carrier = metadata.get(METADATA_KEY)
-        parent = propagate.extract(carrier) if isinstance(carrier, dict) else None
+        if isinstance(carrier, dict) and self._skips(carrier):
+            # Unsampled, and the sampler would drop the attempt: make the
+            # stored context current as it is, without asking the SDK.
+            self._unsampled(job, carrier["traceparent"])
+            return
+        # A job enqueued without a trace starts one (an explicit empty parent:
+        # never whatever an earlier attempt left current in this thread).
+        parent = propagate.extract(carrier) if isinstance(carrier, dict) else _ROOT
         now = time.time_ns()
         span = self.tracer.start_span(
             f"run {job.kind}",
@@ -154,6 +195,12 @@ class TracingSink(Sink):
             start_time=_ns(job.attempted_at, now),
         )
         if not span.is_recording():
+            # Not sampled (or no SDK): no span work at all. An unsampled
+            # context is still made current, so that what the job traces
+            # (queries, HTTP calls, jobs it enqueues) follows the decision.
+            if span.get_span_context().is_valid:
+                otel_context.attach(trace.set_span_in_context(span))
+                self._running[(job.id, job.fence)] = (span, threading.get_ident())
             return
         span.add_event("started", timestamp=now)
         # Made current by setting the context, not attach/detach with a token:
@@ -161,6 +208,45 @@ class TracingSink(Sink):
         # timeout ends it from the main thread; an async job's signals run in
         # copies of its task's context), where a token cannot be reset. The
         # next attempt of the thread, or the end of this one, replaces it.
+        otel_context.attach(trace.set_span_in_context(span))
+        self._running[(job.id, job.fence)] = (span, threading.get_ident())
+
+    def _skips(self, carrier: dict[str, Any]) -> bool:
+        """Return whether the attempt of a job enqueued in ``carrier``'s trace goes unrecorded.
+
+        True when the carrier is a bare W3C ``traceparent`` whose sampled flag
+        is off and the provider's sampler is parent-based with the default
+        for an unsampled remote parent (drop): the SDK would make a
+        non-recording span, so none of its work is needed. Anything else
+        (a ``tracestate`` or baggage to restore, another sampler) takes the
+        SDK's path.
+        """
+        parent = carrier.get("traceparent")
+        if (
+            len(carrier) != 1
+            or not isinstance(parent, str)
+            or len(parent) != 55
+            or int(parent[53:55], 16) & 1
+        ):
+            return False
+        provider = self._provider or trace.get_tracer_provider()
+        asked, drops = self._drops
+        if asked is not provider:
+            drops = _drops_unsampled_parents(provider)
+            self._drops = (provider, drops)
+        return drops
+
+    def _unsampled(self, job: JobRow, parent: str) -> None:
+        try:
+            context = SpanContext(
+                trace_id=int(parent[3:35], 16),
+                span_id=int(parent[36:52], 16),
+                is_remote=True,
+                trace_flags=TraceFlags(int(parent[53:55], 16)),
+            )
+        except ValueError:
+            return
+        span = NonRecordingSpan(context)
         otel_context.attach(trace.set_span_in_context(span))
         self._running[(job.id, job.fence)] = (span, threading.get_ident())
 
@@ -172,6 +258,10 @@ class TracingSink(Sink):
         if entry is None:
             return
         span, ident = entry
+        if not span.is_recording():
+            if ident == threading.get_ident():
+                otel_context.attach(_ROOT)
+            return
         span.set_attribute("hopper.job.state", state)
         if error is not None and state not in ("scheduled", "canceled"):
             if isinstance(error, BaseException):
@@ -184,4 +274,4 @@ class TracingSink(Sink):
             span.add_event("canceled")
         span.end()
         if ident == threading.get_ident() and trace.get_current_span() is span:
-            otel_context.attach(otel_context.Context())
+            otel_context.attach(_ROOT)

@@ -23,7 +23,7 @@ from django.db import connections
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_hopper import validation
+from django_hopper import signals, validation
 from django_hopper.conf import hopper_settings
 from django_hopper.engine import get_engine
 from django_hopper.engine.params import JobInsertOpts, JobInsertParams
@@ -287,6 +287,10 @@ class HopperBackend(BaseTaskBackend):  # type: ignore[misc,unused-ignore]
         self.validate_task(task)
         self._check_importable(task)
         params = self.insert_params(task, args, kwargs)
+        if signals.job_enqueuing.receivers:
+            # As for ``.enqueue()``: tracing opens its enqueue span here and
+            # stores its context with the job, so the run continues the trace.
+            params = signals.enqueuing(resolve(task.module_path), [params])[0]
         engine = self.engine()
         inserted = engine.job_insert_many(
             [params], JobInsertOpts(notify=True, on_conflict=ConflictAction.SKIP)

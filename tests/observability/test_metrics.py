@@ -155,15 +155,12 @@ def test_queue_depth__one_query_per_collection_however_many_readers(db):
 
 
 def test_metrics_sink__counts_each_outcome_by_queue_and_kind():
-    class Recorder:
+    class Histograms:
+        """What the OpenTelemetry exporter is handed per attempt."""
+
         def __init__(self) -> None:
-            self.counts: dict[tuple[str, str, str], int] = {}
             self.durations: list[float] = []
             self.latencies: list[float] = []
-
-        def count(self, event: str, queue: str, kind: str, n: int = 1) -> None:
-            key = (event, queue, kind)
-            self.counts[key] = self.counts.get(key, 0) + n
 
         def observe_duration(self, queue: str, kind: str, seconds: float) -> None:
             self.durations.append(seconds)
@@ -186,8 +183,8 @@ def test_metrics_sink__counts_each_outcome_by_queue_and_kind():
         created_at=now - dt.timedelta(seconds=3),
         attempted_at=now,
     )
-    rec = Recorder()
-    sink = metrics.MetricsSink([rec])
+    numbers, otel = metrics.Aggregate(), Histograms()
+    sink = metrics.MetricsSink(numbers, otel)
     sink.started(job)
     sink.finished(job, "retryable", ValueError("x"), 0.5)
     sink.finished(job, "discarded", ValueError("x"), 0.5)
@@ -195,7 +192,7 @@ def test_metrics_sink__counts_each_outcome_by_queue_and_kind():
     sink.finished(job, "canceled", None, None)
     sink.ended([JobRow(**{**vars_of(job), "state": "discarded"})])
     sink.rescued([JobRow(**{**vars_of(job), "state": "retryable"})])
-    assert rec.counts == {
+    assert numbers.counts() == {
         ("failed", "q", "k"): 2,
         ("retried", "q", "k"): 2,
         ("discarded", "q", "k"): 2,
@@ -203,8 +200,80 @@ def test_metrics_sink__counts_each_outcome_by_queue_and_kind():
         ("cancelled", "q", "k"): 1,
         ("rescued", "q", "k"): 1,
     }
-    assert rec.durations == [0.5, 0.5, 0.25]
-    assert rec.latencies == [pytest.approx(2.0)]
+    assert otel.durations == [0.5, 0.5, 0.25]
+    assert otel.latencies == [pytest.approx(2.0)]
+    histograms = numbers.histograms()
+    duration = histograms[("duration", "q", "k")]
+    assert sum(duration[:-1]) == 3 and duration[-1] == pytest.approx(1.25)
+    # Prometheus' ``le`` buckets: 0.25 counts in the bucket bounded by 0.25 itself.
+    assert duration[metrics.BUCKETS.index(0.25)] == 1
+    assert duration[metrics.BUCKETS.index(0.5)] == 2
+    assert sum(histograms[("latency", "q", "")][:-1]) == 1
+
+
+def test_metrics_sink__without_otel_records_nothing_but_the_aggregate():
+    numbers = metrics.Aggregate()
+    sink = metrics.MetricsSink(numbers)
+    from django_hopper.types import JobRow
+
+    now = dt.datetime.now(dt.UTC)
+    job = JobRow(
+        id=None,  # type: ignore[arg-type]
+        kind="k",
+        queue="q",
+        state="running",
+        priority=0,
+        attempt=1,
+        max_attempts=3,
+        scheduled_at=now,
+        created_at=now,
+        attempted_at=now,
+    )
+    sink.started(job)
+    sink.finished(job, "completed", None, 0.001)
+    assert numbers.counts() == {("completed", "q", "k"): 1}
+
+
+@pytest.mark.parametrize(
+    ("setting", "sdk", "expected"),
+    [
+        (False, True, None),
+        ("prometheus", True, "prometheus"),
+        ("otel", False, "otel"),
+        (None, True, "otel"),
+        (None, False, "prometheus"),
+        (True, False, "prometheus"),
+    ],
+)
+def test_metrics_exporter__one_per_process_chosen_by_setting_then_sdk(
+    setting: Any, sdk: bool, expected: str | None, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(metrics, "otel_configured", lambda: sdk)
+    with override_settings(HOPPER={"METRICS": setting}):
+        assert metrics.exporter() == expected
+
+
+def test_prometheus_collector__exposes_the_aggregates_counters_and_histograms(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    numbers = metrics.Aggregate()
+    numbers.count("completed", "q", "k", 3)
+    numbers.observe("duration", "q", "k", 0.003)
+    numbers.observe("latency", "q", "", 2.0)
+    monkeypatch.setattr(metrics, "aggregate", numbers)
+    monkeypatch.setattr(metrics.depth, "read", lambda: None)
+    registry = prometheus_client.CollectorRegistry()
+    metrics.PrometheusMetrics(registry)
+    scraped = samples(prometheus_client.generate_latest(registry).decode())
+    assert value(scraped, "hopper_jobs_completed_total", queue="q", kind="k") == 3
+    assert value(scraped, "hopper_job_duration_seconds_count", queue="q", kind="k") == 1
+    assert (
+        value(scraped, "hopper_job_duration_seconds_bucket", queue="q", kind="k", le="0.001") == 0
+    )
+    assert (
+        value(scraped, "hopper_job_duration_seconds_bucket", queue="q", kind="k", le="0.005") == 1
+    )
+    assert value(scraped, "hopper_job_pickup_latency_seconds_sum", queue="q") == 2.0
 
 
 def vars_of(row: Any) -> dict[str, Any]:

@@ -165,3 +165,61 @@ def test_tracing__without_a_recording_provider_nothing_is_stored(tx_engine):
     # The default sink uses the global provider, a no-op in this test process.
     handle = jobs.add.enqueue(1, 2)
     assert METADATA_KEY not in (api.get_job(handle.id).metadata or {})
+
+
+def sampled_provider(root: Any) -> tuple[Any, InMemorySpanExporter]:
+    """A provider sampling parent-based, new traces by ``root``, into its own exporter."""
+    from opentelemetry.sdk.trace.sampling import ParentBased
+
+    exporter = InMemorySpanExporter()
+    provider = otel_sdk.TracerProvider(sampler=ParentBased(root))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def test_tracing__an_unsampled_trace_carries_its_decision_and_records_no_attempt(
+    tx_engine, make_worker
+):
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    provider, exporter = sampled_provider(ALWAYS_OFF)
+    sink = observability.add_sink(TracingSink(tracer_provider=provider))
+    try:
+        job_id = str(jobs.obs_current_span.enqueue().id)
+        traceparent = api.get_job(job_id).metadata[METADATA_KEY]["traceparent"]
+        # Stored with the sampled flag off: the attempt inherits the decision.
+        assert int(traceparent.split("-")[3], 16) & 1 == 0
+
+        assert make_worker(queues={"default": 1}).run_once() == 1
+    finally:
+        observability.remove_sink(sink)
+
+    assert exporter.get_finished_spans() == ()
+    # The unsampled context is current in the job, so what it traces is dropped too.
+    assert api.get_job(job_id).output == traceparent.split("-")[2]
+
+
+def test_tracing__parent_based_ratio_sampling_follows_a_sampled_request(tx_engine, make_worker):
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    provider, exporter = sampled_provider(TraceIdRatioBased(0.0))  # no new trace is sampled
+    sink = observability.add_sink(TracingSink(tracer_provider=provider))
+    upstream = SpanContext(
+        trace_id=0x1234, span_id=0x5678, is_remote=True, trace_flags=TraceFlags(1)
+    )
+    try:
+        with trace.use_span(NonRecordingSpan(upstream)):
+            sampled = str(jobs.add.enqueue(1, 2).id)
+        unsampled = str(jobs.add.enqueue(3, 4).id)
+        assert make_worker(queues={"default": 2}).run_once() == 2
+    finally:
+        observability.remove_sink(sink)
+
+    finished = exporter.get_finished_spans()
+    assert {s.attributes.get("messaging.message.id") for s in by_name(finished, "run ")} == {
+        sampled
+    }
+    assert {s.context.trace_id for s in finished} == {0x1234}
+    assert METADATA_KEY in api.get_job(unsampled).metadata

@@ -1,0 +1,137 @@
+"""Time what tracing and metrics cost one job, in microseconds, without a database.
+
+Sends ``job_enqueuing``/``job_enqueued`` and ``job_started``/``job_finished`` for
+fake jobs exactly as the worker does, under each observability set-up, and
+reports the mean cost per job over ``--jobs`` (best of ``--rounds``). CPU time
+per job is independent of the machine's load far more than a throughput
+ratio is, so this is the figure to compare changes by:
+
+    python -m bench.hooks --jobs 5000
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+
+
+def _jobs(n: int, carriers: list[dict[str, Any] | None]) -> list[Any]:
+    from django_hopper.types import JobRow
+
+    now = dt.datetime.now(dt.UTC)
+    out = []
+    for i in range(n):
+        carrier = carriers[i % len(carriers)]
+        out.append(
+            JobRow(
+                id=uuid.uuid4(),
+                kind="bench.jobs.noop",
+                queue="bench",
+                state="running",
+                priority=1,
+                attempt=1,
+                max_attempts=25,
+                scheduled_at=now,
+                created_at=now,
+                attempted_at=now,
+                fence=1,
+                metadata={"otel": carrier} if carrier else {},
+            )
+        )
+    return out
+
+
+def _cycle(jobs: list[Any]) -> float:
+    """Run the worker's per-attempt signals for every job; return µs per job."""
+    from django_hopper import signals
+
+    start = time.process_time()
+    for job in jobs:
+        if signals.job_started.receivers:
+            signals.send_logged(signals.job_started, None, job=job)
+        if signals.job_finished.receivers:
+            signals.send_logged(
+                signals.job_finished, None, job=job, state="completed", error=None, output=None
+            )
+    return (time.process_time() - start) / len(jobs) * 1e6
+
+
+def main() -> None:
+    """Print µs per job for each set-up."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ratio", type=float, default=0.1, help="the sampled set-up's ratio")
+    options = parser.parse_args()
+
+    import django
+
+    django.setup()
+    from opentelemetry import metrics as otel_metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    from bench.observe import DropExporter
+    from django_hopper import observability
+    from django_hopper.engine.params import JobInsertParams
+    from django_hopper.observability import metrics, tracing
+
+    for sink in observability.sinks():  # measure only the set-ups below
+        observability.remove_sink(sink)
+
+    def provider(sampler: Any = None) -> Any:
+        p = TracerProvider(sampler=sampler) if sampler else TracerProvider()
+        p.add_span_processor(BatchSpanProcessor(DropExporter()))
+        return p
+
+    full, sampled = provider(), provider(ParentBased(TraceIdRatioBased(options.ratio)))
+    otel_metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+
+    def carriers(p: Any) -> list[dict[str, Any] | None]:
+        """The contexts enqueues in a traced process would store (one per job)."""
+        sink = tracing.TracingSink(tracer_provider=p)
+        out = []
+        for _ in range(200):
+            meta = sink.enqueuing(None, [JobInsertParams(kind="bench.jobs.noop", queue="bench")])
+            sink.enqueued(None, [], [])
+            out.append((meta or {}).get("otel"))
+        return out
+
+    setups: dict[str, Callable[[], list[Any]]] = {
+        "off": lambda: [],
+        "tracing, every job sampled": lambda: [tracing.TracingSink(tracer_provider=full)],
+        f"tracing, parent-based {options.ratio:g}": lambda: [
+            tracing.TracingSink(tracer_provider=sampled)
+        ],
+        "metrics, Prometheus exporter": lambda: [metrics.MetricsSink(metrics.aggregate)],
+        "metrics, OpenTelemetry exporter": lambda: [
+            metrics.MetricsSink(metrics.aggregate, metrics.OTelMetrics())
+        ],
+    }
+    ctx = {"tracing, every job sampled": full, f"tracing, parent-based {options.ratio:g}": sampled}
+    for name, make in setups.items():
+        p = ctx.get(name)
+        stored = carriers(p) if p is not None else [None]
+        jobs = _jobs(options.jobs, stored)
+        added = [observability.add_sink(s) for s in make()]
+        try:
+            _cycle(jobs[:200])  # warm up
+            best = min(_cycle(jobs) for _ in range(options.rounds))
+        finally:
+            for s in added:
+                observability.remove_sink(s)
+        print(f"{name:40} {best:8.1f} µs per job")
+
+
+if __name__ == "__main__":
+    main()

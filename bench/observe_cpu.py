@@ -1,0 +1,99 @@
+"""CPU per job of a real in-process worker with tracing and metrics off and on.
+
+One process, SQLite in a temporary file, the bench's no-op jobs seeded in SQL,
+then a worker's ``run_once`` until the queue is empty, under each set-up in
+turn, alternating for ``--rounds``. CPU is the process's (every thread),
+so the figure is what a job costs the machine, whatever else runs on it:
+
+    python -m bench.observe_cpu --jobs 3000 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from typing import Any
+
+os.environ["BENCH_ENGINE"] = "sqlite"
+os.environ.setdefault("BENCH_SQLITE_FILE", os.path.join(tempfile.mkdtemp(), "observe.sqlite3"))
+os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+
+
+def main() -> None:
+    """Print CPU µs per job of each set-up, and the extra over off."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=3)
+    options = parser.parse_args()
+
+    import django
+
+    django.setup()
+    from django.db import connection
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    import bench.jobs  # noqa: F401 - registers the no-op job
+    from bench import raw
+    from bench.observe import DropExporter
+    from bench.run import prepare_database
+    from django_hopper import observability
+    from django_hopper.engine import get_engine
+    from django_hopper.observability import metrics, tracing
+    from django_hopper.worker import Worker, WorkerConfig
+
+    prepare_database()
+
+    def tracer(ratio: float) -> Any:
+        provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)))
+        provider.add_span_processor(BatchSpanProcessor(DropExporter()))
+        return tracing.TracingSink(tracer_provider=provider)
+
+    def otel_metrics() -> Any:
+        return metrics.MetricsSink(metrics.aggregate, metrics.OTelMetrics())
+
+    setups = {
+        "off": list,
+        "tracing every job + OTel metrics": lambda: [tracer(1.0), otel_metrics()],
+        "tracing parent-based 0.1 + OTel metrics": lambda: [tracer(0.1), otel_metrics()],
+        "tracing parent-based 0.1 + Prometheus": lambda: [
+            tracer(0.1),
+            metrics.MetricsSink(metrics.aggregate),
+        ],
+    }
+    results: dict[str, list[float]] = {name: [] for name in setups}
+    engine = get_engine()
+    for _ in range(options.rounds):
+        for name, make in setups.items():
+            statement, params = raw.seed_sql(
+                "sqlite", queue="bench", state="available", n=options.jobs
+            )
+            with connection.cursor() as c:
+                c.execute(statement, params)
+            added = [observability.add_sink(s) for s in make()]
+            worker = Worker(WorkerConfig(queues={"bench": 10}, maintenance=False), engine)
+            try:
+                start = time.process_time()
+                done = 0
+                while done < options.jobs:
+                    ran = worker.run_once()
+                    if not ran:
+                        break
+                    done += ran
+                results[name].append((time.process_time() - start) / max(done, 1) * 1e6)
+            finally:
+                worker.shutdown()
+                for s in added:
+                    observability.remove_sink(s)
+    off = statistics.median(results["off"])
+    for name, values in results.items():
+        cpu = statistics.median(values)
+        print(f"{name:42} {cpu:8.1f} µs CPU per job (+{cpu - off:.1f})")
+
+
+if __name__ == "__main__":
+    main()
