@@ -40,6 +40,12 @@ SIZES: dict[str, tuple[int, int]] = {
     "history": (1_000_000, 10_000),
     "memory": (100_000, 5_000),
 }
+#: The sizes ``--full`` measures whatever the scale: the growth checks at 10^6
+#: waiting jobs and 10^6 history rows, and worker memory over 10^5 jobs.
+FULL_SIZES = {"waiting_large": 1_000_000, "history": 1_000_000, "memory": 100_000}
+#: Jobs of the cold section: 20,000 (as an outside harness measures) at
+#: ``--scale`` 0.25 and above, fewer below it, so development runs stay short.
+COLD_JOBS = 20_000
 LATENCY_JOBS = 200
 #: The workflow inserted in one transaction (issue 5; never scaled): one root
 #: step, then WORKFLOW_CHAINS chains of WORKFLOW_CHAIN steps after it.
@@ -60,10 +66,17 @@ RESET_TABLES = (
 )
 
 
-def size(name: str, scale: float) -> int:
-    """Return the count of one workload at this scale."""
+def size(name: str, scale: float, full_size: bool = False) -> int:
+    """Return the count of one workload at this scale (its full size with ``full_size``)."""
+    if full_size and name in FULL_SIZES:
+        return FULL_SIZES[name]
     full, floor = SIZES[name]
     return max(floor, int(full * scale))
+
+
+def cold_jobs(scale: float) -> int:
+    """Return how many jobs the cold section enqueues and works."""
+    return max(2_000, int(COLD_JOBS * min(1.0, scale * 4)))
 
 
 # ---------------------------------------------------------------------------
@@ -518,6 +531,80 @@ class Suite:
             result["warning"] = f"{len(lat)} of {LATENCY_JOBS} jobs ran within 60 s"
         return result
 
+    # -- 7. cold: the way a user first sees it --------------------------------------
+
+    def measure_cold(self) -> dict[str, Any]:
+        """Enqueue and work jobs on a fresh database, with no warm-up, as a user would.
+
+        For one worker process, then two: the database is created anew; the
+        jobs are enqueued through the public API, ``.enqueue()`` inside
+        ``transaction.atomic()`` one per transaction (timed: the cold enqueue
+        rate); then ``hopper_worker`` processes start, not in burst mode (the
+        leader's start-up upkeep runs as it would), and are stopped once
+        history holds every job. Throughput = jobs / (last ``finalized_at`` -
+        first ``attempted_at``), read from history. Nothing is vacuumed or
+        analyzed meanwhile. Pickup latency is then measured on that database
+        (its history full, its live table churned) with a worker that starts
+        for it.
+        """
+        from django.db import connections, transaction
+
+        from bench.jobs import noop
+
+        n = cold_jobs(self.scale)
+        out: dict[str, Any] = {"jobs": n}
+        for processes in (1, 2):
+            connections.close_all()
+            prepare_database()
+            connections.close_all()
+            self.progress(f"cold: enqueue() one per transaction, {n:,} jobs, fresh database")
+            start = time.perf_counter()
+            for _ in range(n):
+                with transaction.atomic():
+                    noop.enqueue()
+            out["enqueue_one_per_tx" if processes == 1 else "enqueue_one_per_tx_2"] = rate(
+                n, time.perf_counter() - start
+            )
+            out[f"{processes}proc"] = self.process_until_done(n, processes)
+        out["latency"] = self.latency()
+        connections.close_all()
+        return out
+
+    def process_until_done(self, n: int, processes: int) -> dict[str, Any]:
+        """Start ``processes`` long-running workers; stop them once history holds ``n`` jobs."""
+        from django.db import connections
+        from django.db.models import Count, Max, Min
+
+        from django_hopper.models import JobHistory
+
+        self.progress(f"cold: {processes} worker process(es) (not burst), {n:,} jobs")
+        connections.close_all()
+        kids = Children([worker_command(burst=False) for _ in range(processes)], self.log)
+        deadline = time.monotonic() + 120 + n / 50
+        done = 0
+        try:
+            while time.monotonic() < deadline:
+                time.sleep(0.1)  # each count is a query competing with the workers
+                done = JobHistory.objects.filter(queue="bench").count()
+                if done >= n:
+                    break
+                if any(p.poll() is not None for p in kids.procs):
+                    break
+        finally:
+            kids.signal(signal.SIGTERM)
+            cpu = kids.wait(timeout=60)
+        agg = JobHistory.objects.filter(queue="bench").aggregate(
+            first=Min("attempted_at"), last=Max("finalized_at"), count=Count("id")
+        )
+        connections.close_all()
+        span = (agg["last"] - agg["first"]).total_seconds() if agg["count"] else 0.0
+        out = rate(agg["count"], span)
+        out.update(processes=processes, cpu_s=round(cpu, 3))
+        out["cpu_us_per_job"] = round(cpu / max(1, agg["count"]) * 1e6, 1)
+        if agg["count"] != n:
+            out["warning"] = f"{agg['count']} of {n} jobs in history"
+        return out
+
     # -- 4. cost as the work grows --------------------------------------------------
 
     def growth_case(self, label: str, filler: int, history: int) -> dict[str, Any]:
@@ -708,7 +795,20 @@ class Suite:
 
     def run_once(self) -> dict[str, Any]:
         """Run every section once; return the results."""
-        result: dict[str, Any] = {"raw": self.measure_raw(), "enqueue": self.measure_enqueue()}
+        result: dict[str, Any] = {}
+        if self.args.cold:
+            # First, on a database created for it: nothing has run on it yet.
+            result["cold"] = self.measure_cold()
+        result["raw"] = self.measure_raw()
+        result["enqueue"] = self.measure_enqueue()
+        if self.vendor == "postgresql":
+            from bench import roundtrips
+
+            result["round_trips"] = {
+                label: {"round_trips": c["round_trips"], "statements": c["statements"]}
+                for label, c in roundtrips.measure().items()
+            }
+            self.reset()
         result["workflow"] = self.measure_workflow()
         self.measure_startup()
         result["startup_cpu_s"] = round(self.startup_cpu, 3)
@@ -732,15 +832,16 @@ class Suite:
         self.settle()
         result["processing"]["1proc_observed"] = self.process(n, 1, env={"BENCH_OBSERVE": "1"})
         result["latency"] = cases["empty"]["latency"]
-        small, large = size("waiting_small", self.scale), size("waiting_large", self.scale)
+        small = size("waiting_small", self.scale)
+        large = size("waiting_large", self.scale, self.args.full)
         cases["waiting_small"] = self.growth_case(f"{small:,} waiting", small, 0)
         cases["waiting_large"] = self.growth_case(f"{large:,} waiting", large, 0)
-        hist = size("history", self.scale)
+        hist = size("history", self.scale, self.args.full)
         cases["history_large"] = self.growth_case(f"{hist:,} in history", 0, hist)
         result["growth"] = cases
         self.reset()
         result["keyed_claim"] = self.keyed_claim_probe()
-        m = size("memory", self.scale)
+        m = size("memory", self.scale, self.args.full)
         self.reset()
         self.seed(queue="bench", n=m)
         self.settle()
@@ -920,7 +1021,107 @@ def ratios(r: dict[str, Any]) -> dict[str, float | None]:
         out[f"{key}_latency"] = div(
             growth[key]["latency"].get("median_ms"), base["latency"].get("median_ms")
         )
+    cold = r.get("cold")
+    if cold:
+        out["cold_1proc"] = div(cold["1proc"]["jobs_per_s"], one)
+        out["cold_2proc"] = div(cold["2proc"]["jobs_per_s"], two)
+        out["cold_enqueue_one_per_tx"] = div(
+            cold["enqueue_one_per_tx"]["jobs_per_s"], raw["insert_one"]["jobs_per_s"]
+        )
     return out
+
+
+#: The targets of the benchmark: (label, engines, how to read the figure, test).
+#: A figure is read from one run's tree (or the tree of medians; its ratios are
+#: the medians of the runs' ratios).
+Target = tuple[str, tuple[str, ...], Callable[[dict[str, Any]], Any], Callable[[Any], bool]]
+PG, BOTH = ("postgres",), ("postgres", "sqlite")
+
+
+def _ratio_of(key: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda r: (r.get("ratios") or {}).get(key)
+
+
+def _rss_growth_mb(r: dict[str, Any]) -> float | None:
+    rss = r["memory"].get("rss_kb") or {}
+    if rss.get("10%") is None or rss.get("100%") is None:
+        return None
+    return float((rss["100%"] - rss["10%"]) / 1024)
+
+
+def _lat(section: str, key: str) -> Callable[[dict[str, Any]], Any]:
+    def read(r: dict[str, Any]) -> Any:
+        tree = r.get("cold") if section == "cold" else r
+        return ((tree or {}).get("latency") or {}).get(key)
+
+    return read
+
+
+def _round_trips(label: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda r: ((r.get("round_trips") or {}).get(label) or {}).get("round_trips")
+
+
+TARGETS: list[Target] = [
+    ("1 process, c10 >= 0.50 x raw (1 conn), warm", PG, _ratio_of("processing_1proc"),
+     lambda v: v >= 0.50),
+    ("1 process, c10 >= 0.50 x raw (1 conn), cold", PG, _ratio_of("cold_1proc"),
+     lambda v: v >= 0.50),
+    ("2 processes >= 0.50 x raw (2 conns), warm", PG, _ratio_of("processing_2proc"),
+     lambda v: v >= 0.50),
+    ("2 processes >= 0.50 x raw (2 conns), cold", PG, _ratio_of("cold_2proc"),
+     lambda v: v >= 0.50),
+    ("SQLite 1 process >= 0.40 x raw", ("sqlite",), _ratio_of("processing_1proc"),
+     lambda v: v >= 0.40),
+    ("SQLite 1 process, cold >= 0.40 x raw", ("sqlite",), _ratio_of("cold_1proc"),
+     lambda v: v >= 0.40),
+    ("enqueue() in atomic() >= 0.60 x one-row insert, warm", BOTH,
+     _ratio_of("enqueue_one_per_tx"), lambda v: v >= 0.60),
+    ("enqueue() in atomic() >= 0.60 x one-row insert, cold", BOTH,
+     _ratio_of("cold_enqueue_one_per_tx"), lambda v: v >= 0.60),
+    ("enqueue() in autocommit: 1 round trip", PG, _round_trips("enqueue() in autocommit"),
+     lambda v: v <= 1),
+    ("enqueue() in atomic(): 1 statement of its own", PG,
+     lambda r: (_round_trips("two enqueue() in one atomic()")(r) or 0)
+     - (_round_trips("enqueue() in transaction.atomic()")(r) or 0) or None,
+     lambda v: v <= 1),
+    ("pickup median <= 1.5 ms, warm", PG, _lat("warm", "median_ms"), lambda v: v <= 1.5),
+    ("pickup p95 <= 2.5 ms, warm", PG, _lat("warm", "p95_ms"), lambda v: v <= 2.5),
+    ("pickup median <= 1.5 ms, cold", PG, _lat("cold", "median_ms"), lambda v: v <= 1.5),
+    ("pickup p95 <= 2.5 ms, cold", PG, _lat("cold", "p95_ms"), lambda v: v <= 2.5),
+    ("flat: large waiting, throughput >= 0.90 x empty", BOTH,
+     _ratio_of("waiting_large_throughput"), lambda v: v >= 0.90),
+    ("flat: large waiting, latency <= 1.10 x empty", PG,
+     _ratio_of("waiting_large_latency"), lambda v: v <= 1.10),
+    ("flat: large history, throughput >= 0.90 x empty", BOTH,
+     _ratio_of("history_large_throughput"), lambda v: v >= 0.90),
+    ("flat: large history, latency <= 1.10 x empty", PG,
+     _ratio_of("history_large_latency"), lambda v: v <= 1.10),
+    ("worker RSS flat (10% -> 100%: <= 3 MB)", BOTH, _rss_growth_mb, lambda v: v <= 3.0),
+]  # fmt: skip
+
+
+def evaluate_targets(engine: str, r: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """Return each target that applies to ``engine``: its label, figure, and met / missed."""
+    out = []
+    for label, engines, read, test in TARGETS:
+        if engine not in engines:
+            continue
+        try:
+            value = read(r)
+        except (KeyError, TypeError):
+            value = None
+        verdict = "not measured" if value is None else ("met" if test(value) else "missed")
+        out.append((label, value, verdict))
+    return out
+
+
+def render_targets(engine: str, r: dict[str, Any]) -> list[str]:
+    """Return the lines of the targets table: each target, its figure, met or missed."""
+    lines = ["Targets (ratios to the raw bound of the same run)"]
+    for label, value, verdict in evaluate_targets(engine, r):
+        shown = "n/a" if value is None else f"{value:.2f}"
+        lines.append(f"  {label:<56} {shown:>6}  {verdict}")
+    return lines
 
 
 def rate(n: int, seconds: float) -> dict[str, Any]:
@@ -1076,6 +1277,40 @@ def render(engine: str, title: str, r: dict[str, Any]) -> str:
         f"  inserts: {num(ins1)} rows/s one per transaction, "
         f"{num(insm)} rows/s in multi-row statements of 1,000"
     )
+    cold = r.get("cold")
+    if cold:
+        lines.append(
+            f"Cold (fresh database, no warm-up, {num(cold['jobs'])} jobs enqueued one per "
+            "transaction, long-running workers)"
+        )
+        line(
+            "enqueue() in atomic(), one per transaction",
+            cold["enqueue_one_per_tx"]["jobs_per_s"],
+            ins1,
+            "raw one-row insert",
+        )
+        for key, bound, label, what in (
+            ("1proc", one, "raw 1 conn", "1 worker process"),
+            ("2proc", two, "raw 2 conns", "2 worker processes"),
+        ):
+            p = cold.get(key)
+            if p:
+                extra = f"; CPU {p.get('cpu_us_per_job', 0):,.0f} µs/job with start-up"
+                line(what, p["jobs_per_s"], bound, label, extra)
+        clat = cold.get("latency") or {}
+        lines.append(
+            f"  pickup from commit: median {clat.get('median_ms', 0):.1f} ms, "
+            f"p95 {clat.get('p95_ms', 0):.1f} ms"
+        )
+    trips = r.get("round_trips")
+    if trips:
+        lines.append("Round trips (libpq trace; structural, independent of load)")
+        for label, c in trips.items():
+            lines.append(
+                f"  {label:<44} {c.get('round_trips', 0):.0f} round trip(s), "
+                f"{c.get('statements', 0):.0f} statement(s)"
+            )
+    lines.extend(render_targets(engine, r))
     warnings = list(find_warnings(r))
     if warnings:
         lines.append("Warnings")
@@ -1220,7 +1455,9 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
         "host": platform.node(),
         "cpus": os.cpu_count(),
         "loadavg": os.getloadavg(),
-        "sizes": {k: size(k, args.scale) for k in SIZES},
+        "sizes": {k: size(k, args.scale, args.full) for k in SIZES},
+        "cold_jobs": cold_jobs(args.scale) if args.cold else 0,
+        "full": args.full,
     }
 
 
@@ -1244,6 +1481,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--profile-only", action="store_true", help="Only profile one worker (no measured runs)."
     )
     parser.add_argument("--quiet", action="store_true", help="No progress lines on stderr.")
+    parser.add_argument(
+        "--no-cold",
+        dest="cold",
+        action="store_false",
+        help="Skip the cold section (a fresh database, jobs enqueued one per transaction, "
+        "long-running workers, no warm-up).",
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="Measure growth at 10^6 waiting jobs and 10^6 history rows and memory over "
+        "10^5 jobs whatever --scale (long).",
+    )
     parser.add_argument(
         "--pgbouncer",
         action="store_true",
@@ -1293,6 +1543,7 @@ def main(argv: list[str] | None = None) -> int:
             ]
             cmd += ["--profile"] * args.profile + ["--profile-only"] * args.profile_only
             cmd += ["--quiet"] * args.quiet
+            cmd += ["--no-cold"] * (not args.cold) + ["--full"] * args.full
             code = subprocess.call(cmd, cwd=BASE_DIR, env=worker_env())
             if code:
                 print(f"bench: the {engine} run failed (exit {code})", file=sys.stderr)

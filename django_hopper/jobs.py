@@ -650,15 +650,19 @@ def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]
         held = results[j]
         assert held is not None
         results[i] = JobInsertResult(job=held.job, duplicate=True)
+    alias = engine.alias
     handles: list[JobHandle] = []
-    by_sender: dict[int, tuple[JobFunction[Any, Any], list[JobRow], list[JobRow]]] = {}
-    for (fn, _), settled in zip(entries, results, strict=True):
+    for settled in results:
         assert settled is not None
-        handles.append(JobHandle(settled.job, duplicate=settled.duplicate, alias=engine.alias))
+        handles.append(JobHandle(settled.job, duplicate=settled.duplicate, alias=alias))
+    if not job_enqueued.receivers:  # nobody listens: build nothing to send
+        return handles
+    by_sender: dict[int, tuple[JobFunction[Any, Any], list[JobRow], list[JobRow]]] = {}
+    for (fn, _), handle in zip(entries, handles, strict=True):
         sent = by_sender.get(id(fn))
         if sent is None:
             sent = by_sender[id(fn)] = (fn, [], [])
-        (sent[2] if settled.duplicate else sent[1]).append(settled.job)
+        (sent[2] if handle.duplicate else sent[1]).append(handle.job)
     for fn, jobs, duplicates in by_sender.values():
         job_enqueued.send(sender=fn, jobs=jobs, duplicates=duplicates)
     return handles

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from django.db import connection, connections, transaction
 
+from bench.roundtrips import count
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import (
     JobInsertOpts,
@@ -22,6 +23,7 @@ from django_hopper.engine.params import (
     JobRecordProgressParams,
     JobRetryParams,
 )
+from django_hopper.engine.postgres.support import raw_query
 from django_hopper.exceptions import (
     DatabaseError,
     DatabaseUnavailable,
@@ -273,6 +275,56 @@ def test_listener__insert_notify_reaches_a_listener(tx_engine: BaseEngine) -> No
         assert listener.next(0.05) == []
     finally:
         listener.close()
+
+
+def test_listener__a_unique_insert_notifies_only_for_jobs_it_inserted(
+    tx_engine: BaseEngine,
+) -> None:
+    listener = tx_engine.listener()
+    try:
+        listener.listen([CHANNEL_INSERT])
+        opts = JobInsertOpts(notify=True)
+        first = JobInsertParams(kind="tests.job", queue="uq", unique_key="k")
+        tx_engine.job_insert_many([first], opts)
+        assert [(n.channel, n.payload) for n in receive(listener, 1)] == [(CHANNEL_INSERT, "uq")]
+        again = tx_engine.job_insert_many([first], opts)
+        assert again[0].duplicate
+        assert listener.next(0.05) == []  # a duplicate wakes nobody
+    finally:
+        listener.close()
+
+
+def test_raw_query__numbers_named_placeholders_once_each() -> None:
+    text, names = raw_query("SELECT %(a)s::int, %(b)s::text, %(a)s::int, 'x%%'")
+    assert text == "SELECT $1::int,$2::text,$1::int,'x%'"
+    assert names == ("a", "b")
+
+
+def test_enqueue__is_one_statement_in_a_transaction_and_one_round_trip_alone(
+    tx_engine: BaseEngine,
+) -> None:
+    insert_one = JobInsertParams(kind="tests.job", queue="rt")
+    tx_engine.job_insert_many([insert_one])  # prepares the statement
+
+    def in_atomic() -> None:
+        with transaction.atomic():
+            tx_engine.job_insert_many([insert_one])
+
+    keys = iter(range(1_000))
+
+    def unique_in_atomic() -> None:
+        with transaction.atomic():
+            p = JobInsertParams(kind="tests.job", queue="rt", unique_key=f"k{next(keys)}")
+            tx_engine.job_insert_many([p], JobInsertOpts(notify=True))
+
+    unique_in_atomic()
+    alone = count(lambda: tx_engine.job_insert_many([insert_one]))
+    framed = count(in_atomic)
+    unique = count(unique_in_atomic)
+    assert (alone["round_trips"], alone["simple"]) == (1, [])
+    assert (framed["round_trips"], framed["simple"]) == (3, ["BEGIN", "COMMIT"])
+    # The wake-up is part of the insert, not a statement of its own.
+    assert (unique["round_trips"], unique["simple"]) == (3, ["BEGIN", "COMMIT"])
 
 
 def test_listener__a_lost_connection_raises_database_error(tx_engine: BaseEngine) -> None:

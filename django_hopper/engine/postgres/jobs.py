@@ -136,10 +136,7 @@ class JobsMixin(PostgresSupport):
                 for i, (p, job_id) in enumerate(zip(params, ids, strict=True))
             ]
         with db_errors(), self._atomic():
-            results = self._insert_unique(params, ids, opts)
-            if opts.notify:
-                self._notify_inserted(results)
-        return results
+            return self._insert_unique(params, ids, opts)
 
     def _insert_unique(
         self, params: Sequence[JobInsertParams], ids: list[JobID], opts: JobInsertOpts
@@ -161,8 +158,12 @@ class JobsMixin(PostgresSupport):
             sub = [params[i] for i in pending]
             sub_ids = [ids[i] for i in pending]
             arrays = convert.insert_arrays(sub, sub_ids)
-            # Wake-ups come after the duplicates are settled (_notify_inserted).
-            values = {**arrays, "now": opts.now, "notify": False, "channel": CHANNEL_INSERT}
+            # Each round's insert wakes the workers of the queues it inserted
+            # available jobs into, in the same statement (at commit). A job it
+            # inserts and then undoes (a finished duplicate) costs one spurious
+            # wake-up, which finds nothing more to claim: cheaper than a
+            # statement of its own for the wake-ups.
+            values = {**arrays, "now": opts.now, "notify": opts.notify, "channel": CHANNEL_INSERT}
             rows = self._fetchall("job_insert_many", values, prepare=True)
             returned = {row[0]: row for row in rows}
             inserted = {
