@@ -116,6 +116,7 @@ POSITIVE_SECONDS = (
 NON_NEGATIVE_NUMBERS = {
     "RESCUE_STUCK_AFTER": "seconds; 0 turns the rescue of stuck jobs off",
     "JOB_TIMEOUT": "seconds; 0 means no timeout",
+    "UNKNOWN_KIND_GRACE": "seconds a job of an unknown kind is retried; 0 discards it at once",
     "COMPLETER_FLUSH_INTERVAL": "seconds; 0 writes each result at once",
     "CLAIM_DEBOUNCE": "seconds between wake-up claims of a queue; 0 claims on every wake-up",
     "STREAM_RETENTION": "seconds; 0 keeps stream events forever",

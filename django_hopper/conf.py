@@ -59,6 +59,11 @@ DEFAULTS: dict[str, Any] = {
     "BACKOFF_EXPONENT": 4.0,
     "BACKOFF_MAX": 24 * 3600.0,
     "BACKOFF_JITTER": 0.1,
+    # A job whose kind a worker does not know is snoozed (1 s, 2 s, 4 s ... at
+    # most 60 s apart, its attempt given back) until it is this old (seconds
+    # from enqueue), so that a worker of the new release runs it during a
+    # rolling deploy; then it is discarded with the reason. 0 discards at once.
+    "UNKNOWN_KIND_GRACE": 900.0,
     # Modules imported by the worker so that their @job functions register.
     "IMPORTS": [],
     # Periodic jobs declared in settings (issue 6).

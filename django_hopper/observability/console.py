@@ -265,6 +265,16 @@ class ConsoleSink(Sink):
                 extra=fields,
                 exc_info=exc_info,
             )
+        elif state == "scheduled":  # snoozed by the worker (an unknown kind), not the job
+            job_logger.info(
+                "job %s %s not run: %s; snoozed (attempt %d of %d kept)",
+                job.kind,
+                job.id,
+                _error_text(error),
+                job.attempt,
+                job.max_attempts,
+                extra=fields,
+            )
         elif state == "canceled":
             job_logger.warning(
                 "job %s %s canceled (attempt %d of %d%s)",

@@ -18,13 +18,16 @@ Outcomes (one function each, so the rules live in one place):
   attempt;
 * :class:`~django_hopper.context.JobSnooze` -> ``scheduled`` with the attempt given back;
 * cancellation -> ``canceled``;
-* unknown kind -> ``discarded`` at once (retrying cannot make a kind importable);
+* unknown kind -> snoozed with a doubling wait while the job is younger than
+  ``HOPPER["UNKNOWN_KIND_GRACE"]`` (a rolling deploy: another worker knows
+  it), then ``discarded`` with the reason;
 * timeout -> a failure ``timed out after Ns``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import queue
@@ -148,12 +151,38 @@ def canceled(job: JobRow, log: str | None = None, error: str = "canceled") -> Jo
     )
 
 
-def unknown_kind(job: JobRow, error: str) -> JobFinalize:
-    """Return the result for a job whose kind this worker cannot resolve: discard it now.
+#: The longest wait between two tries of a job whose kind is unknown (seconds).
+UNKNOWN_KIND_MAX_DELAY = 60.0
 
-    Retrying would not help (every worker imports the same code), and a job
-    retried forever hides the mistake.
+
+def unknown_kind(job: JobRow, error: str) -> JobFinalize:
+    """Return the result for a job whose kind this worker cannot resolve.
+
+    During a rolling deploy a worker of the previous release meets the kinds
+    the new release enqueues: the job is snoozed (its attempt given back, the
+    reason recorded) so that a worker that knows the kind runs it. The wait
+    doubles with the job's age (1 s, 2 s, 4 s ... at most a minute), and once
+    the job is ``HOPPER["UNKNOWN_KIND_GRACE"]`` seconds old (enqueue to this
+    claim, both database times) it is discarded with the reason: a kind no
+    worker knows by then is a mistake a job retried forever would hide.
     """
+    grace = float(hopper_settings.UNKNOWN_KIND_GRACE)
+    age = (
+        (job.attempted_at - job.created_at).total_seconds() if job.attempted_at is not None else 0.0
+    )
+    if age < grace:
+        delay = min(max(age, 1.0), UNKNOWN_KIND_MAX_DELAY, grace - age)
+        return JobFinalize(
+            id=job.id,
+            attempted_by=job.attempted_by,
+            fence=job.fence,
+            state=JobState.SCHEDULED,
+            delay=dt.timedelta(seconds=delay),
+            snooze=True,
+            snooze_reason=f"{error}; tried again for {grace:g}s after enqueue",
+        )
+    if grace > 0:
+        error = f"{error}; no worker that claimed it knew the kind within {grace:g}s of enqueue"
     err = AttemptError(
         at=None, attempt=job.attempt, error=error, fence=job.fence, by=job.attempted_by
     )

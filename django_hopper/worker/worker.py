@@ -246,12 +246,12 @@ class Worker:
     # -- jobs ---------------------------------------------------------------
 
     def start_job(self, job: JobRow, producer: Producer) -> None:
-        """Start a claimed job, or discard it at once if its kind is unknown."""
+        """Start a claimed job; snooze or discard one whose kind is unknown here."""
         try:
             fn = resolve(job.kind)
         except UnknownJobKind as exc:
-            execution.job_logger(job).debug("discarded: %s", exc)
             result = execution.unknown_kind(job, str(exc))
+            execution.job_logger(job).debug("%s: %s", result.state, exc)
             execution.send_signal(
                 "job_finished", None, job=job, state=result.state, error=exc, output=None
             )

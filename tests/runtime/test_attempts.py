@@ -126,13 +126,61 @@ def test_context_log_lines_are_stored_with_the_attempt(tx_engine, make_worker):
     assert [log.log for log in tx_engine.job_logs(job.id)] == ["attempt 1: hello\n"]
 
 
-def test_an_unknown_kind_is_discarded_at_once(tx_engine, make_worker):
+def test_an_unknown_kind_is_snoozed_with_its_reason_and_keeps_its_attempt(tx_engine, make_worker):
     job = insert_kind(tx_engine, "tests.testapp.jobs.no_such_job")
-    make_worker().run_once()
+    assert make_worker().run_once() == 1
+    row = get(tx_engine, job)
+    assert row.state == "scheduled"
+    assert row.attempt == 0  # given back: the job ran nothing
+    assert row.errors == []
+    assert "unknown job kind 'tests.testapp.jobs.no_such_job'" in (row.snooze_reason or "")
+    assert row.scheduled_at >= tx_engine.now()  # waits its backoff before the next try
+
+
+def test_an_unknown_kind_runs_once_a_worker_of_the_new_release_knows_it(tx_engine, make_worker):
+    from django_hopper.jobs import job as job_decorator
+    from django_hopper.registry import registry
+
+    kind = "tests.testapp.jobs.deployed_later"
+    queued = insert_kind(tx_engine, kind)
+    assert make_worker().run_once() == 1  # the previous release's worker
+    assert get(tx_engine, queued).state == "scheduled"
+
+    def deployed_later() -> str:
+        return "ran"
+
+    job_decorator(kind=kind)(deployed_later)  # the new release registers the kind
+    try:
+        make_due(tx_engine, queued)
+        assert make_worker().run_once() == 1
+    finally:
+        registry.pop(kind, None)
+    row = get(tx_engine, queued)
+    assert (row.state, row.output, row.attempt) == ("completed", "ran", 1)
+
+
+def test_an_unknown_kind_is_discarded_with_the_reason_once_older_than_the_grace(
+    tx_engine, make_worker
+):
+    from django_hopper.models import Job
+
+    job = insert_kind(tx_engine, "tests.testapp.jobs.no_such_job")
+    Job.objects.filter(id=job.id).update(created_at=job.created_at - dt.timedelta(hours=1))
+    assert make_worker().run_once() == 1
     row = get(tx_engine, job)
     assert row.state == "discarded"
     assert "unknown job kind" in row.errors[0].error
+    assert "within 900s of enqueue" in row.errors[0].error
     assert row.attempt == 1 < row.max_attempts
+
+
+def test_an_unknown_kind_without_a_grace_is_discarded_at_once(tx_engine, make_worker, settings):
+    with override_settings(HOPPER={**settings.HOPPER, "UNKNOWN_KIND_GRACE": 0}):
+        job = insert_kind(tx_engine, "tests.testapp.jobs.no_such_job")
+        assert make_worker().run_once() == 1
+    row = get(tx_engine, job)
+    assert row.state == "discarded"
+    assert "unknown job kind" in row.errors[0].error
 
 
 def test_a_sync_job_past_its_timeout_fails_and_its_late_result_is_dropped(tx_engine, make_worker):
