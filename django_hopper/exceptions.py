@@ -96,3 +96,32 @@ class JobCanceled(Exception):
 
     Deliberately not a HopperError subclass a job might catch by accident.
     """
+
+
+class SchemaMismatch(HopperError):
+    """The database's hopper schema and this code do not go together.
+
+    Either migrations this code needs are not applied (run ``manage.py
+    migrate django_hopper``), or the schema was migrated past what this code
+    supports (deploy newer code). ``database`` is the schema's version,
+    ``code`` the version this code is built for.
+    """
+
+    def __init__(self, message: str, *, database: int, code: int) -> None:
+        super().__init__(message)
+        self.database = database
+        self.code = code
+
+
+class HistoryIndexRepairError(DatabaseError):
+    """A pass repaired what it could, but rebuilding some invalid indexes failed.
+
+    Raised once the rest of the pass is done. ``result`` is the pass's
+    :class:`~django_hopper.engine.params.HistoryIndexResult` (the failed indexes
+    are in its ``invalid``), and ``failures`` maps each such index to its error.
+    """
+
+    def __init__(self, message: str, *, result: object, failures: dict[str, str]) -> None:
+        super().__init__(message)
+        self.result = result
+        self.failures = failures

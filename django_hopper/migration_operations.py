@@ -182,3 +182,48 @@ class RemoveIndexConcurrently(migrations.RemoveIndex):
             schema_editor.add_index(model, index, concurrently=True)
         else:
             schema_editor.add_index(model, index)
+
+
+class RequireCode(migrations.operations.base.Operation):
+    """Declare that code built for schema versions below ``version`` must not run.
+
+    Put it in a migration that removes or changes what earlier code relies on
+    (a dropped column, a changed meaning). Workers of older code then refuse
+    to start against the migrated database, naming both versions, instead of
+    failing job by job. Migrating backwards removes the declaration.
+    """
+
+    reversible = True
+    reduces_to_sql = False
+
+    def __init__(self, version: int) -> None:
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(f"RequireCode needs a positive schema version, not {version!r}")
+        self.version = version
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        return self.__class__.__name__, [self.version], {}
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        """Change no model state: the declaration is a row."""
+
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        floor = to_state.apps.get_model("django_hopper", "SchemaFloor")
+        if self.allow_migrate_model(schema_editor.connection.alias, floor):
+            floor.objects.using(schema_editor.connection.alias).get_or_create(
+                code_version=self.version
+            )
+
+    def database_backwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        floor = from_state.apps.get_model("django_hopper", "SchemaFloor")
+        if self.allow_migrate_model(schema_editor.connection.alias, floor):
+            floor.objects.using(schema_editor.connection.alias).filter(
+                code_version=self.version
+            ).delete()
+
+    def describe(self) -> str:
+        return f"Require code built for hopper schema {self.version} or later"

@@ -537,3 +537,23 @@ class StreamConsumer(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class SchemaFloor(models.Model):
+    """The oldest code a migrated schema still serves, one row per declaration.
+
+    A migration that removes or changes what earlier code relies on declares,
+    with ``migration_operations.RequireCode(N)``, that code built for schema
+    versions below ``N`` must not run against it any more. A worker reads the
+    largest ``code_version`` at start and refuses to run if it is built for an
+    older schema (``django_hopper.schema.check``).
+    """
+
+    code_version = models.IntegerField(primary_key=True)
+    declared_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "hopper_schema_floor"
+
+    def __str__(self) -> str:
+        return f"code >= {self.code_version}"

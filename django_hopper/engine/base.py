@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.db import connections, transaction
 
@@ -89,6 +91,8 @@ from django_hopper.engine.params import (
     PeriodicInsertParams,
     PeriodicRegisterParams,
     RescueCandidate,
+    SchemaLockParams,
+    SchemaState,
     StreamAppendParams,
     StreamPruneParams,
     StreamPumpResult,
@@ -99,7 +103,7 @@ from django_hopper.engine.params import (
     WorkflowPromoteParams,
     WorkflowPromoteResult,
 )
-from django_hopper.exceptions import InvalidJob, NotSupported
+from django_hopper.exceptions import HistoryIndexRepairError, InvalidJob, NotSupported
 from django_hopper.types import (
     CHANNEL_CONTROL,
     AttemptLog,
@@ -144,6 +148,10 @@ class EngineFeatures:
     supports_skip_locked: bool = False
     #: GIN indexes on JSON columns (tags and metadata filters).
     supports_json_indexes: bool = False
+    #: Indexes are built without blocking writes (CREATE INDEX CONCURRENTLY),
+    #: so an interrupted build can leave an invalid index for history_index to
+    #: repair. Where a build blocks writes it either completes or leaves nothing.
+    supports_concurrent_index_builds: bool = False
     #: Per-table storage parameters (autovacuum thresholds for the hot tables).
     supports_storage_parameters: bool = False
     #: Stream positions carry transaction ids (xid8) and consumers read through
@@ -197,12 +205,56 @@ class BaseEngine(ABC):
     def now(self) -> dt.datetime:
         """Return the database clock (aware, UTC)."""
 
-    @abstractmethod
     def schema_version(self) -> int:
         """Return the number of the newest applied hopper migration, or 0.
 
         Takes no lock, so it never waits for a migration in progress.
         """
+        return self._schema_state().version
+
+    def schema_state(self) -> SchemaState:
+        """Return the schema's version and the oldest code version it serves.
+
+        One cheap read of ``django_migrations`` (and of the floor table once it
+        exists), taking no lock: a worker calls it at start.
+        """
+        return self._schema_state()
+
+    def schema_check(self) -> SchemaState:
+        """Return the schema's state if this code goes with it; else refuse.
+
+        Raises :class:`~django_hopper.exceptions.SchemaMismatch`, naming the
+        database's version, the code's and what to run, when migrations this
+        code needs are missing or an applied migration no longer serves code
+        this old (``rules.schema_mismatch``). Workers call it at start.
+        """
+        state = self._schema_state()
+        rules.schema_mismatch(state, rules.code_version(), self.alias)
+        return state
+
+    @contextmanager
+    def schema_lock(self, params: SchemaLockParams | None = None) -> Iterator[None]:
+        """Hold the cross-process migration lock of this database for the block.
+
+        The lock lives on a dedicated connection, never one of Django's, so the
+        migrations run on their own connection beside it and a process waiting
+        for the lock holds no connection the holder needs. It is polled every
+        ``poll_interval`` seconds, and ``on_wait`` hears once who holds it.
+        Closing the connection releases it, so a holder that dies frees it.
+        """
+        params = params or SchemaLockParams()
+        checks.schema_lock(params)
+        handle = self._schema_lock_open()
+        try:
+            told = False
+            while not self._schema_lock_try(handle):
+                if not told and params.on_wait is not None:
+                    params.on_wait(self._schema_lock_holder(handle))
+                    told = True
+                time.sleep(params.poll_interval)
+            yield
+        finally:
+            self._schema_lock_close(handle)
 
     # == jobs ==================================================================
 
@@ -724,11 +776,29 @@ class BaseEngine(ABC):
         return self._history_partitions()
 
     def history_index(self, params: HistoryIndexParams) -> HistoryIndexResult:
-        """Build indexes declared on history for partitions that lack them.
+        """Build indexes declared on history for partitions that lack them, and
+        repair the invalid indexes interrupted concurrent builds left on hopper's
+        tables.
 
-        Runs outside any transaction (concurrent builds); idempotent.
+        Runs outside any transaction (concurrent builds); idempotent. Engines
+        without concurrent builds (``supports_concurrent_index_builds``) have
+        nothing to build or repair. A repair that fails does not stop the pass:
+        once the rest is done, ``HistoryIndexRepairError`` reports it, carrying
+        the pass's result.
         """
-        return self._history_index(params)
+        checks.history_index(params)
+        if not self.features.supports_concurrent_index_builds:
+            return HistoryIndexResult()
+        result = self._history_index(params)
+        if result.repair_errors:
+            names = ", ".join(sorted(result.repair_errors))
+            raise HistoryIndexRepairError(
+                f"history_index: repairing {names} failed: "
+                + "; ".join(f"{k}: {v}" for k, v in sorted(result.repair_errors.items())),
+                result=result,
+                failures=dict(result.repair_errors),
+            )
+        return result
 
     # == notifications =========================================================
 
@@ -1021,6 +1091,27 @@ class BaseEngine(ABC):
     def _periodic_registrations(
         self, now: dt.datetime | None = None
     ) -> list[PeriodicRegistrationRow]: ...
+
+    # -- schema
+
+    @abstractmethod
+    def _schema_state(self) -> SchemaState: ...
+
+    @abstractmethod
+    def _schema_lock_open(self) -> Any:
+        """Open the dedicated connection the lock lives on (None: nothing to lock)."""
+
+    @abstractmethod
+    def _schema_lock_try(self, handle: Any) -> bool:
+        """Try to take the lock without waiting; True if it is now held."""
+
+    @abstractmethod
+    def _schema_lock_holder(self, handle: Any) -> str:
+        """Describe who holds the lock, for the waiting message."""
+
+    @abstractmethod
+    def _schema_lock_close(self, handle: Any) -> None:
+        """Release the lock (if held) and close its connection."""
 
     # -- history
 

@@ -18,6 +18,7 @@ from django_hopper import validation
 from django_hopper.engine.params import (
     BatchDuplicatesParams,
     BatchInsertParams,
+    HistoryIndexParams,
     JobClaimByIDParams,
     JobFinalize,
     JobInsertOpts,
@@ -27,6 +28,7 @@ from django_hopper.engine.params import (
     JobPassMissParams,
     JobPassTakeoverParams,
     JobRecordProgressParams,
+    SchemaLockParams,
     WorkflowInsertParams,
 )
 from django_hopper.engine.rules import validate_workflow
@@ -295,3 +297,28 @@ def pass_takeover(p: JobPassTakeoverParams) -> None:
         validation.queue_name(p.queue)
     limit(p.limit)
     max_misses(p.max_misses)
+
+
+def schema_lock(params: SchemaLockParams) -> None:
+    """Check the migration lock's polling: a positive interval, a callable to tell."""
+    interval = params.poll_interval
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
+        raise InvalidJob(
+            f"poll_interval must be a positive number of seconds, not {interval!r}",
+            field="poll_interval",
+        )
+    if params.on_wait is not None and not callable(params.on_wait):
+        raise InvalidJob("on_wait must be callable", field="on_wait")
+
+
+def history_index(params: HistoryIndexParams) -> None:
+    """Check a history index pass: names are strings, timeouts not negative."""
+    for name, values in (("skip", params.skip), ("skip_repair", params.skip_repair)):
+        if isinstance(values, str) or not all(isinstance(v, str) and v for v in values):
+            raise InvalidJob(f"{name} must be a sequence of non-empty names", field=name)
+    for name, value in (
+        ("lock_timeout", params.lock_timeout),
+        ("statement_timeout", params.statement_timeout),
+    ):
+        if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
+            raise InvalidJob(f"{name} must be a non-negative timedelta", field=name)

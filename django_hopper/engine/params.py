@@ -8,7 +8,7 @@ lives in :mod:`django_hopper.types`; a change here changes no public type.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -377,21 +377,61 @@ class HistoryIndexParams:
     lock_timeout: dt.timedelta = dt.timedelta(0)
     #: Bounds each build (``statement_timeout``); zero keeps the session's.
     statement_timeout: dt.timedelta = dt.timedelta(0)
+    #: Invalid indexes (by name) not to try to repair this pass; they stay in
+    #: the result's ``invalid``. A caller passes those whose repair failed
+    #: before, so that an index that cannot be rebuilt (duplicates under a
+    #: unique index) is not rebuilt in vain on every pass.
+    skip_repair: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
 class HistoryIndexResult:
     #: Indexes built and attached this pass ("<partition>.<index>").
     built: list[str] = field(default_factory=list)
+    #: Invalid indexes of hopper's tables rebuilt this pass (an interrupted
+    #: concurrent build's leftover), now valid.
+    repaired: list[str] = field(default_factory=list)
+    #: Transient copies an interrupted concurrent rebuild left (``*_ccnew``,
+    #: ``*_ccold``), dropped this pass.
+    removed: list[str] = field(default_factory=list)
     #: Partitions whose build ran past the statement timeout (what it left is removed).
     timed_out: list[str] = field(default_factory=list)
-    #: Parent indexes still invalid after the pass although every partition is indexed.
+    #: Indexes still invalid after the pass: parent indexes although every
+    #: partition is indexed, indexes named in ``skip_repair``, and those whose
+    #: repair failed (the pass then raises ``HistoryIndexRepairError``). Queries
+    #: that need one read without it.
     invalid: list[str] = field(default_factory=list)
-    #: Builds or attaches that could not lock in time; a later pass retries them.
+    #: Builds, attaches or repairs that could not lock in time (held off by a
+    #: transaction on the table, or a build under way); a later pass retries them.
     deferred: list[str] = field(default_factory=list)
     #: Set when another session holds the build lock: the index this pass would
     #: have built next. Nothing waited.
     busy: str = ""
+    #: Indexes whose repair failed this pass, with the error: the engine's
+    #: front raises ``HistoryIndexRepairError`` for them once the pass is done.
+    repair_errors: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class SchemaState:
+    """Which hopper schema a database has, read without waiting for a migration."""
+
+    #: The number of the newest applied hopper migration; 0 without the schema.
+    version: int = 0
+    #: The oldest code version (its newest migration's number) the schema
+    #: still serves: the largest any applied migration declared, or 0.
+    oldest_code: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class SchemaLockParams:
+    #: Seconds between two tries while another process holds the lock. The
+    #: lock is polled, never waited for inside the database: a statement
+    #: waiting there would hold a snapshot, and the holder's concurrent index
+    #: builds wait for every older snapshot to end, a wait neither side sees.
+    poll_interval: float = 0.5
+    #: Called once, with a description of the holder, if the lock is held.
+    on_wait: Callable[[str], None] | None = None
 
 
 @dataclass(slots=True, frozen=True)

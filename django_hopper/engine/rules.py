@@ -9,10 +9,26 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import pkgutil
+import re
 from collections.abc import Sequence
+from functools import cache
 
-from django_hopper.engine.params import JobFinalize, JobInsertParams, WorkflowInsertParams
-from django_hopper.exceptions import InvalidJob, JobFenced, JobNotClaimable, JobRunning, NotFound
+from django_hopper import migrations as hopper_migrations
+from django_hopper.engine.params import (
+    JobFinalize,
+    JobInsertParams,
+    SchemaState,
+    WorkflowInsertParams,
+)
+from django_hopper.exceptions import (
+    InvalidJob,
+    JobFenced,
+    JobNotClaimable,
+    JobRunning,
+    NotFound,
+    SchemaMismatch,
+)
 from django_hopper.types import (
     JSON,
     LEASE_EXPIRED_ERROR,
@@ -354,3 +370,55 @@ def pass_takeover_result(
         error=err,
         lease_token=token,
     )
+
+
+# -- the schema version ---------------------------------------------------------------
+
+_NUMBERED = re.compile(r"^(\d+)_")
+
+
+@cache
+def code_version() -> int:
+    """Return the number of the newest hopper migration this code ships."""
+    numbers = [
+        int(m.group(1))
+        for module in pkgutil.iter_modules(hopper_migrations.__path__)
+        if (m := _NUMBERED.match(module.name))
+    ]
+    return max(numbers, default=0)
+
+
+def _migrate_command(alias: str) -> str:
+    database = "" if alias == "default" else f" --database {alias}"
+    return f"manage.py migrate django_hopper{database}"
+
+
+def schema_mismatch(state: SchemaState, code: int, alias: str) -> None:
+    """Refuse a schema that does not go with code built for schema ``code``.
+
+    Raise :class:`~django_hopper.exceptions.SchemaMismatch` with a message
+    naming the database's version, the code's, and what to do.
+    """
+    if state.version == 0:
+        raise SchemaMismatch(
+            f"database {alias!r} has no hopper schema (this code is built for schema "
+            f"{code}): run `{_migrate_command(alias)}`",
+            database=0,
+            code=code,
+        )
+    if state.version < code:
+        raise SchemaMismatch(
+            f"database {alias!r} has hopper schema {state.version}, but this code is built "
+            f"for schema {code}: run `{_migrate_command(alias)}` before starting workers",
+            database=state.version,
+            code=code,
+        )
+    if state.oldest_code > code:
+        raise SchemaMismatch(
+            f"database {alias!r} has hopper schema {state.version}, which no longer serves "
+            f"code built for schema {code} (it needs code built for schema "
+            f"{state.oldest_code} or later): deploy the newer code; "
+            f"`{_migrate_command(alias)}` does not apply to older code",
+            database=state.version,
+            code=code,
+        )

@@ -332,9 +332,12 @@ class Worker:
     # -- lifecycle ----------------------------------------------------------
 
     def setup(self) -> None:
-        """Import job modules, sync declarations, register the lease, start the threads."""
+        """Check the schema, import job modules, sync declarations, register the
+        lease, start the threads."""
         if self._started:
             return
+        # Refuse a schema this code does not go with before touching any table.
+        self.engine.schema_check()
         import_job_modules()
         for declare in SETUP_DECLARATIONS if self.declarations is None else self.declarations:
             declare(self.engine)  # e.g. the subscriptions and consumers the modules declare

@@ -47,6 +47,7 @@ class PostgresEngine(
         supports_listen=True,
         single_writer=False,
         supports_history_partitions=True,
+        supports_concurrent_index_builds=True,
         supports_skip_locked=True,
         supports_json_indexes=True,
         supports_storage_parameters=True,

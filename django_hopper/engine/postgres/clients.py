@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
 
 from django_hopper.engine.base import Listener
 from django_hopper.engine.params import (
@@ -11,9 +14,11 @@ from django_hopper.engine.params import (
     ClientRenewParams,
     ClientRenewResult,
     LeaderParams,
+    SchemaState,
 )
 from django_hopper.engine.postgres import convert
-from django_hopper.engine.postgres.support import PostgresSupport
+from django_hopper.engine.postgres.listener import open_session
+from django_hopper.engine.postgres.support import QUERIES, PostgresSupport
 from django_hopper.exceptions import DatabaseError
 from django_hopper.types import CHANNEL_LEADER, ClientRow, ControlMessage, QueueRow
 
@@ -37,13 +42,46 @@ class ClientsMixin(PostgresSupport):
             raise DatabaseError("SELECT now() returned nothing")
         return row[0].astimezone(dt.UTC)  # type: ignore[no-any-return]
 
-    def schema_version(self) -> int:
-        """Return the newest applied hopper migration's number (0 without the schema)."""
-        exists = self._fetchone("schema_version.exists", {})
+    def _schema_state(self) -> SchemaState:
+        """Read the newest applied hopper migration and the code floor, without a lock."""
+        exists = self._fetchone("schema_state.exists", {})
         if not exists or not exists[0]:
-            return 0
-        row = self._fetchone("schema_version", {})
-        return int(row[0]) if row else 0
+            return SchemaState()
+        row = self._fetchone("schema_state.floor" if exists[1] else "schema_state", {})
+        return SchemaState(version=int(row[0]), oldest_code=int(row[1])) if row else SchemaState()
+
+    def _schema_lock_open(self) -> psycopg.Connection[Any]:
+        return open_session(self.alias, "the migration lock")
+
+    def _schema_lock_try(self, handle: psycopg.Connection[Any]) -> bool:
+        try:
+            row = handle.execute(QUERIES["schema_lock"]).fetchone()
+        except psycopg.Error as exc:
+            raise DatabaseError(f"the migration lock: {exc}") from exc
+        return bool(row and row[0])
+
+    def _schema_lock_holder(self, handle: psycopg.Connection[Any]) -> str:
+        try:
+            row = handle.execute(QUERIES["schema_lock.holder"]).fetchone()
+        except psycopg.Error as exc:
+            raise DatabaseError(f"the migration lock: {exc}") from exc
+        if row is None:
+            return "another session (it just released it)"
+        pid, client, application, started = row
+        who = f"backend pid {pid} from {client}"
+        if application:
+            who += f" ({application})"
+        return f"{who}, connected since {started:%Y-%m-%d %H:%M:%S %Z}"
+
+    def _schema_lock_close(self, handle: psycopg.Connection[Any]) -> None:
+        try:
+            # Closing the session releases the lock too; unlocking first says so
+            # at once even if the close is slow.
+            handle.execute(QUERIES["schema_lock.release"])
+        except psycopg.Error:
+            pass
+        finally:
+            handle.close()
 
     # -- clients ----------------------------------------------------------------
 

@@ -47,6 +47,32 @@ def open_listener(alias: str) -> PostgresListener:
     return PostgresListener(params, alias=session)
 
 
+def open_session(alias: str, purpose: str) -> psycopg.Connection[Any]:
+    """Open a dedicated autocommit connection to the database of ``alias``, with a session.
+
+    Session-level state (an advisory lock) must stay on one server
+    connection, which a transaction pooler does not give: behind one, the
+    direct connection of ``HOPPER["DIRECT_DATABASES"]`` is used, and without
+    it this refuses, naming ``purpose``.
+    """
+
+    from django_hopper.topology import session_alias  # noqa: PLC0415 - import cycle: topology imports the postgres engine
+
+    session = session_alias(alias)
+    if session is None:
+        raise NotSupported(
+            f"{purpose} needs a session on database {alias!r}, which is behind a "
+            "transaction pooler: name its direct connection in HOPPER['DIRECT_DATABASES']"
+        )
+    with db_errors():
+        params = connections[session].get_connection_params()
+    conninfo = {k: v for k, v in params.items() if k not in _DJANGO_ONLY}
+    try:
+        return psycopg.connect(autocommit=True, **conninfo)
+    except psycopg.Error as exc:
+        raise DatabaseError(f"{purpose} could not connect: {exc}") from exc
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionRoute:
     """Where a connection goes: the port the client dialled and the one the server has."""

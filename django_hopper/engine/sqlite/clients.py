@@ -4,40 +4,71 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
+import sqlite3
 from collections.abc import Sequence
-
-from django.db import OperationalError
 
 from django_hopper.engine.params import (
     ClientRegisterParams,
     ClientRenewParams,
     ClientRenewResult,
     LeaderParams,
+    SchemaState,
 )
 from django_hopper.engine.sqlite.convert import db_time, dumps, from_db_time, uuid_or_none
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
+from django_hopper.exceptions import DatabaseError
 from django_hopper.types import CHANNEL_LEADER, ClientRow, ControlMessage, QueueLimits, QueueRow
-
-_LEADING_NUMBER = re.compile(r"^(\d+)_")
 
 
 class ClientsMixin(SQLiteSupport):
     """The client, leader, queue and notification half of the engine contract."""
 
     @translate_errors
-    def schema_version(self) -> int:
-        """Return the newest applied hopper migration's number, or 0 without a schema."""
+    def _schema_state(self) -> SchemaState:
+        """Read the newest applied hopper migration and the code floor, without a lock."""
         with self._cursor() as c:
-            try:
-                c.execute(Q["schema_version"], {})
-            except OperationalError as exc:
-                if "no such table" in str(exc):
-                    return 0
-                raise
-            names = [r[0] for r in c.fetchall()]
-        numbers = [int(m.group(1)) for n in names if (m := _LEADING_NUMBER.match(n))]
-        return max(numbers, default=0)
+            c.execute(Q["schema_state.exists"], {})
+            migrations, floor = c.fetchone()
+            if not migrations:
+                return SchemaState()
+            c.execute(Q["schema_state.floor" if floor else "schema_state"], {})
+            version, oldest = c.fetchone()
+        return SchemaState(version=int(version), oldest_code=int(oldest))
+
+    def _schema_lock_open(self) -> sqlite3.Connection | None:
+        """Open the lock database beside the database file; None for one in memory."""
+        name = str(self.connection.settings_dict["NAME"])
+        if self.connection.creation.is_in_memory_db(name):
+            return None  # no other process can open it: nothing to lock against
+        try:
+            return sqlite3.connect(f"{name}-hopper-migrate", timeout=0, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise DatabaseError(
+                f"the migration lock could not open {name}-hopper-migrate: {exc}"
+            ) from exc
+
+    def _schema_lock_try(self, handle: sqlite3.Connection | None) -> bool:
+        if handle is None:
+            return True
+        try:
+            handle.execute(Q["schema_lock"])
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                return False
+            raise DatabaseError(f"the migration lock: {exc}") from exc
+        return True
+
+    def _schema_lock_holder(self, handle: sqlite3.Connection | None) -> str:
+        return "another process migrating this database file"
+
+    def _schema_lock_close(self, handle: sqlite3.Connection | None) -> None:
+        if handle is None:
+            return
+        try:
+            if handle.in_transaction:
+                handle.execute(Q["schema_lock.release"])
+        finally:
+            handle.close()
 
     # -- clients ------------------------------------------------------------
 

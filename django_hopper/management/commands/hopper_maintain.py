@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
+from django_hopper import schema
 from django_hopper.conf import hopper_settings
 from django_hopper.engine import get_engine
 from django_hopper.engine.params import ClientRegisterParams, ClientRenewParams
+from django_hopper.exceptions import SchemaMismatch
 from django_hopper.maintenance import default_services
 from django_hopper.maintenance.leader import Elector
 from django_hopper.topology import maintenance_alias
@@ -68,6 +70,10 @@ class Command(BaseCommand):
         alias = options.get("database") or str(hopper_settings.DATABASE)
         if alias not in connections.settings:
             raise CommandError(f"--database: {alias!r} is not in DATABASES")
+        try:
+            schema.check(alias)
+        except SchemaMismatch as exc:
+            raise CommandError(str(exc)) from exc
         engine = get_engine(alias)
         if options["once"]:
             # Through the direct connection behind a transaction pooler: the

@@ -13,8 +13,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
+from django_hopper import schema
 from django_hopper.conf import hopper_settings
 from django_hopper.engine import get_engine
+from django_hopper.exceptions import SchemaMismatch
 from django_hopper.observability import console, metrics
 from django_hopper.topology import queue_alias, queues_of
 from django_hopper.validation import QUEUE_RE
@@ -154,6 +156,10 @@ class Command(BaseCommand):
         if alias not in connections.settings:
             raise CommandError(f"--database: {alias!r} is not in DATABASES")
         queues = _queues_on(alias, queues, explicit=bool(options["queues"]))
+        try:
+            schema.check(alias)
+        except SchemaMismatch as exc:
+            raise CommandError(str(exc)) from exc
         metrics_port = options.get("metrics_port")
         if metrics_port is not None and not 0 < metrics_port < 65536:
             raise CommandError("--metrics-port must be a port number (1-65535)")

@@ -25,14 +25,6 @@ CASE WHEN jsonb_typeof(g.metadata) = 'object' THEN g.metadata - '_hopper_wake'
 -- name: now
 SELECT now()
 
--- name: schema_version
-SELECT coalesce(max(substring(name FROM '^[0-9]+')::int), 0)
-FROM django_migrations
-WHERE app = 'django_hopper'
-
--- name: schema_version.exists
-SELECT to_regclass('django_migrations') IS NOT NULL
-
 -- name: job_insert_many
 -- One statement for the whole batch. A unique key held by a live job makes
 -- ON CONFLICT skip the input (waiting for an uncommitted holder), never an

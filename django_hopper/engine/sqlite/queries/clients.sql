@@ -1,10 +1,6 @@
--- The SQLite engine's queries for clients, the leader, queues and the schema version.
+-- The SQLite engine's queries for clients, the leader and queues.
 -- Same conventions as jobs.sql: %(name)s parameters, times as fixed-width UTC text,
 -- "now" bound as %(now)s.
-
-
--- name: schema_version
-SELECT name FROM django_migrations WHERE app = 'django_hopper';
 
 
 -- name: client_register

@@ -1,0 +1,227 @@
+"""Deploying a schema with real processes: concurrent ``migrate`` runs, and workers
+started against a schema their code does not go with.
+
+Each test gets a fresh, empty database of its own (a PostgreSQL database, or an
+SQLite file) and runs ``manage.py`` in subprocesses, as deploy hosts do.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from django_hopper.schema import code_version
+from tests.support.runtime import ROOT
+
+pytestmark = pytest.mark.processes
+
+POSTGRES = os.environ.get("HOPPER_TEST_DATABASE", "sqlite") == "postgres"
+HOPPER_MIGRATIONS = sorted(p.stem for p in (ROOT / "django_hopper" / "migrations").glob("0*.py"))
+
+
+def server() -> dict[str, Any]:
+    from django.conf import settings
+
+    db = settings.DATABASES.get("direct", settings.DATABASES["default"])
+    return {"host": db["HOST"], "port": db["PORT"], "user": db["USER"], "password": db["PASSWORD"]}
+
+
+@pytest.fixture
+def fresh_db(tmp_path: Path) -> Iterator[str]:
+    """The name of an empty database of the engine under test, dropped afterwards."""
+    if not POSTGRES:
+        yield str(tmp_path / "fresh.sqlite3")
+        return
+    name = "test_hopper_deploy_" + os.environ.get("HOPPER_TEST_DB_SUFFIX", "main")
+    drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+    with psycopg.connect(**server(), dbname="postgres", autocommit=True) as conn:
+        conn.execute(drop)
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield name
+    with psycopg.connect(**server(), dbname="postgres", autocommit=True) as conn:
+        conn.execute(drop)
+
+
+def env(db_name: str) -> dict[str, str]:
+    out = dict(os.environ)
+    out.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "HOPPER_TEST_DB_NAME": db_name,
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    # Straight to the server: DDL and the migration lock do not go through a bouncer.
+    out.pop("HOPPER_TEST_PGBOUNCER_PORT", None)
+    if POSTGRES:
+        out["PGPORT"] = str(server()["port"])
+    return out
+
+
+def manage(db_name: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "django", *args],
+        cwd=ROOT,
+        env=env(db_name),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def run(db_name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args],
+        cwd=ROOT,
+        env=env(db_name),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+@contextmanager
+def database(db_name: str) -> Iterator[Any]:
+    """A plain DB-API connection to the fresh database (autocommit)."""
+    if POSTGRES:
+        with psycopg.connect(**server(), dbname=db_name, autocommit=True) as conn:
+            yield conn
+    else:
+        conn = sqlite3.connect(db_name, isolation_level=None)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+
+@contextmanager
+def migration_lock_held(db_name: str) -> Iterator[None]:
+    """Hold the database's migration lock from outside, as another host's migrate would."""
+    if POSTGRES:
+        with psycopg.connect(**server(), dbname=db_name, autocommit=True) as conn:
+            conn.execute("SELECT pg_advisory_lock(hashtext('hopper_migrate'))")
+            yield
+    else:
+        conn = sqlite3.connect(f"{db_name}-hopper-migrate", isolation_level=None)
+        try:
+            conn.execute("BEGIN EXCLUSIVE")
+            yield
+        finally:
+            conn.close()
+
+
+def read_until(stream: IO[str], needle: str) -> str:
+    """Read lines until one contains ``needle``; return everything read (EOF ends it too)."""
+    seen = []
+    for line in iter(stream.readline, ""):
+        seen.append(line)
+        if needle in line:
+            break
+    return "".join(seen)
+
+
+def test_migrate__two_concurrent_runs_wait_for_the_lock_and_apply_each_migration_once(
+    fresh_db: str,
+) -> None:
+    with migration_lock_held(fresh_db):
+        first = manage(fresh_db, "migrate", "--no-input")
+        second = manage(fresh_db, "migrate", "--no-input")
+        try:
+            # Both find the lock held and say so, before touching the schema.
+            for proc in (first, second):
+                assert proc.stdout is not None
+                head = read_until(proc.stdout, "Waiting for the migration lock")
+                assert "Waiting for the migration lock of database 'default'" in head, head
+            with database(fresh_db) as conn:
+                tables = conn.execute(
+                    "SELECT count(*) FROM information_schema.tables "
+                    "WHERE table_name = 'django_migrations'"
+                    if POSTGRES
+                    else "SELECT count(*) FROM sqlite_master WHERE name = 'django_migrations'"
+                ).fetchone()[0]
+            assert tables == 0, "a migrate ran while another held the lock"
+        except BaseException:
+            first.kill()
+            second.kill()
+            raise
+    # Released: one migrates, the other waits for it and then finds nothing to do.
+    outputs = [proc.communicate(timeout=240)[0] for proc in (first, second)]
+
+    assert [first.returncode, second.returncode] == [0, 0], outputs
+    assert sum("No migrations to apply." in out for out in outputs) == 1, outputs
+    with database(fresh_db) as conn:
+        duplicates = conn.execute(
+            "SELECT app, name FROM django_migrations GROUP BY app, name HAVING count(*) > 1"
+        ).fetchall()
+        hopper = conn.execute(
+            "SELECT name FROM django_migrations WHERE app = 'django_hopper' ORDER BY name"
+        ).fetchall()
+    assert duplicates == []
+    assert [row[0] for row in hopper] == HOPPER_MIGRATIONS
+
+
+def test_worker__refuses_to_start_on_an_older_schema_naming_both_versions(
+    fresh_db: str,
+) -> None:
+    older = HOPPER_MIGRATIONS[-2]
+    migrated = run(fresh_db, "migrate", "--no-input")
+    assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+    back = run(fresh_db, "migrate", "django_hopper", older, "--no-input")
+    assert back.returncode == 0, back.stdout + back.stderr
+
+    worker = run(fresh_db, "hopper_worker", "--burst", "--no-maintenance")
+
+    assert worker.returncode != 0
+    message = worker.stderr
+    assert f"hopper schema {int(older[:4])}" in message, message
+    assert f"built for schema {code_version()}" in message, message
+    assert "manage.py migrate django_hopper" in message, message
+    with database(fresh_db) as conn:
+        clients = conn.execute("SELECT count(*) FROM hopper_client").fetchone()[0]
+    assert clients == 0, "the refused worker registered a client"
+
+
+def test_worker__refuses_to_start_on_a_schema_that_no_longer_serves_its_code(
+    fresh_db: str,
+) -> None:
+    migrated = run(fresh_db, "migrate", "--no-input")
+    assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+    with database(fresh_db) as conn:
+        # What a later release's migration with RequireCode(version + 1) records.
+        conn.execute(
+            "INSERT INTO hopper_schema_floor (code_version, declared_at) "
+            f"VALUES ({code_version() + 1}, CURRENT_TIMESTAMP)"
+        )
+
+    worker = run(fresh_db, "hopper_worker", "--burst", "--no-maintenance")
+    maintain = run(fresh_db, "hopper_maintain", "--once")
+
+    for proc in (worker, maintain):
+        assert proc.returncode != 0
+        assert f"built for schema {code_version()}" in proc.stderr, proc.stderr
+        assert f"needs code built for schema {code_version() + 1} or later" in proc.stderr
+
+
+def test_worker__starts_on_a_schema_one_migration_ahead_of_its_code(fresh_db: str) -> None:
+    migrated = run(fresh_db, "migrate", "--no-input")
+    assert migrated.returncode == 0, migrated.stdout + migrated.stderr
+    with database(fresh_db) as conn:
+        # A later release migrated first (a rolling deploy): its migration is recorded.
+        conn.execute(
+            "INSERT INTO django_migrations (app, name, applied) "
+            f"VALUES ('django_hopper', '{code_version() + 1:04d}_later', CURRENT_TIMESTAMP)"
+        )
+
+    worker = run(fresh_db, "hopper_worker", "--burst", "--no-maintenance")
+
+    assert worker.returncode == 0, worker.stderr
