@@ -27,6 +27,11 @@ _LAZY = {
     "delete_job": "django_hopper.api",
     "list_jobs": "django_hopper.api",
     "job_logs": "django_hopper.api",
+    # job leases: take a job by ID, finalize it in your transaction
+    "lease_job": "django_hopper.job_leases",
+    "claim_job": "django_hopper.job_leases",
+    "resume_lease": "django_hopper.job_leases",
+    "JobLease": "django_hopper.job_leases",
     # queue controls
     "pause_queue": "django_hopper.queues",
     "resume_queue": "django_hopper.queues",
@@ -65,6 +70,7 @@ __all__ = [
     "Batch",
     "JobFunction",
     "JobHandle",
+    "JobLease",
     "JobRow",
     "JobState",
     "Pass",
@@ -76,6 +82,7 @@ __all__ = [
     "aenqueue_many",
     "append",
     "cancel_job",
+    "claim_job",
     "consume",
     "delete_job",
     "enqueue_many",
@@ -84,6 +91,7 @@ __all__ = [
     "get_workflow",
     "job",
     "job_logs",
+    "lease_job",
     "list_jobs",
     "list_queues",
     "pause_queue",
@@ -91,6 +99,7 @@ __all__ = [
     "read",
     "resolve",
     "resumable",
+    "resume_lease",
     "resume_queue",
     "retry_job",
     "retry_ordering_key",
@@ -111,6 +120,7 @@ if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
     )
     from django_hopper.batches import Batch, get_batch
     from django_hopper.handle import JobHandle
+    from django_hopper.job_leases import JobLease, claim_job, lease_job, resume_lease
     from django_hopper.jobs import (
         JobFunction,
         PreparedJob,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from asgiref.sync import sync_to_async
 
+from django_hopper import validation
 from django_hopper.engine.params import JobRecordProgressParams
 from django_hopper.exceptions import InvalidJob, JobCanceled, JobFenced
 
@@ -119,8 +120,9 @@ class JobContext:
 
     # -- progress -----------------------------------------------------------
 
-    def _progress_params(self, step: str, cursor: JSON) -> Any:
-
+    def _progress_params(
+        self, step: str | None, cursor: JSON, keep_step: bool, no_wait: bool
+    ) -> JobRecordProgressParams:
         if self.progress_owner is not None:
             raise InvalidJob(
                 f"this job's progress belongs to its {self.progress_owner}: recording "
@@ -128,14 +130,15 @@ class JobContext:
                 "instead)",
                 field="progress",
             )
-
         return JobRecordProgressParams(
             id=self.job.id,
             attempted_by=self.job.attempted_by,
             fence=self.job.fence,
             attempt=self.job.attempt,
-            step=step,
+            step=validation.progress_step(step, keep_step),
+            keep_step=keep_step,
             cursor=cursor,
+            no_wait=no_wait,
         )
 
     def _stored(self, progress: Progress | None) -> bool:
@@ -145,21 +148,42 @@ class JobContext:
         self.progress = progress
         return True
 
-    def record_progress(self, step: str, cursor: JSON = None) -> bool:
+    def record_progress(
+        self,
+        step: str | None = None,
+        cursor: JSON = None,
+        *,
+        keep_step: bool = False,
+        no_wait: bool = False,
+    ) -> bool:
         """Store the step reached (and a cursor to resume from), fenced to this claim.
 
         Return True when stored, False when the attempt no longer owns the job
         (it was rescued or fenced): the job should stop, since nothing it
         writes through hopper will be kept. :meth:`check_cancelled` raises
-        :class:`JobFenced` from then on. Call :meth:`arecord_progress` from an
-        ``async def`` job.
+        :class:`JobFenced` from then on.
+
+        ``keep_step=True`` (and no step) keeps the stored step and replaces
+        only the cursor: a position within the current step, recorded often.
+        ``no_wait=True`` never waits for the job's row: if another transaction
+        holds it (on SQLite: if another transaction writes), it raises
+        :class:`~django_hopper.exceptions.JobLocked` at once and stores
+        nothing, for a job whose progress is best effort and whose time is not.
+        Call :meth:`arecord_progress` from an ``async def`` job.
         """
-        return self._stored(self._engine.job_record_progress(self._progress_params(step, cursor)))
+        params = self._progress_params(step, cursor, keep_step, no_wait)
+        return self._stored(self._engine.job_record_progress(params))
 
-    async def arecord_progress(self, step: str, cursor: JSON = None) -> bool:
+    async def arecord_progress(
+        self,
+        step: str | None = None,
+        cursor: JSON = None,
+        *,
+        keep_step: bool = False,
+        no_wait: bool = False,
+    ) -> bool:
         """Store progress from an ``async def`` job (see :meth:`record_progress`)."""
-
-        params = self._progress_params(step, cursor)
+        params = self._progress_params(step, cursor, keep_step, no_wait)
         progress = await sync_to_async(self._engine.job_record_progress)(params)
         return self._stored(progress)
 

@@ -193,3 +193,27 @@ def unique_finished(value: Any) -> tuple[str, ...]:
                 field="unique_finished",
             )
     return states
+
+
+def progress_step(step: Any, keep_step: Any) -> str:
+    """Return the step to send with a progress record: a step, or keep_step=True.
+
+    One or the other, never both and never neither: a step given with
+    ``keep_step`` would be silently ignored, and no step without it would
+    silently clear the stored one.
+    """
+    if keep_step is True:
+        if step is not None:
+            raise InvalidJob(
+                "pass a step or keep_step=True, not both: keep_step keeps the stored step",
+                field="step",
+            )
+        return ""
+    if step is None:
+        raise InvalidJob(
+            "record_progress needs the step reached, or keep_step=True to keep the stored one",
+            field="step",
+        )
+    if not isinstance(step, str):
+        raise InvalidJob(f"step must be a string, not {step!r}", field="step")
+    return step

@@ -16,8 +16,9 @@ from django_hopper.engine.params import (
     JobFinalizeParams,
     JobRetryParams,
 )
-from django_hopper.exceptions import JobFenced
+from django_hopper.exceptions import InvalidJob, JobFenced, JobLocked
 from django_hopper.retry import backoff
+from tests.engine_conformance.test_concurrency import row_held
 from tests.support.runtime import get, insert, insert_kind
 from tests.testapp import jobs
 from tests.testapp.models import Effect
@@ -258,6 +259,42 @@ def test_progress_of_an_attempt_that_lost_its_job_is_refused(tx_engine):
     with pytest.raises(JobFenced):
         context.check_cancelled()
     assert context.progress.step == "one"
+
+
+def test_progress_keep_step_moves_the_cursor_within_the_stored_step(tx_engine, make_worker):
+    job = insert(tx_engine, jobs.rt_progress_keep_step, 3)
+
+    assert make_worker().run_once() == 1
+
+    row = get(tx_engine, job)
+    assert row.output == {"step": "load", "cursor": {"i": 3}}
+    assert row.progress is not None and (row.progress.step, row.progress.cursor) == (
+        "load",
+        {"i": 3},
+    )
+
+
+def test_progress_takes_a_step_or_keep_step_and_no_wait_never_waits_for_the_row(tx_engine):
+    job = insert(tx_engine, jobs.noop)
+    client = tx_engine.client_register(
+        ClientRegisterParams(hostname="t", ttl=dt.timedelta(seconds=30))
+    )
+    (claimed,) = tx_engine.job_claim(
+        JobClaimParams(queue="default", client_id=client, limit=1)
+    ).jobs
+    context = JobContext(claimed, tx_engine)
+    context.record_progress("one", 1)
+
+    with pytest.raises(InvalidJob):
+        context.record_progress(cursor=2)  # no step, no keep_step: would clear the step
+    with pytest.raises(InvalidJob):
+        context.record_progress("two", 2, keep_step=True)  # the step would be ignored
+    with row_held(claimed), pytest.raises(JobLocked):
+        context.record_progress(cursor=2, keep_step=True, no_wait=True)
+
+    assert get(tx_engine, job).progress.cursor == 1
+    assert context.record_progress(cursor=3, keep_step=True, no_wait=True) is True
+    assert (context.progress.step, context.progress.cursor) == ("one", 3)
 
 
 def test_job_started_and_finished_signals_are_sent(tx_engine, make_worker):

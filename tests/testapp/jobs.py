@@ -291,3 +291,12 @@ def obs_current_span() -> str:
 async def obs_current_span_async() -> str:
     """The ``async def`` twin of :func:`obs_current_span`."""
     return _current_span_id()
+
+
+@job(takes_context=True)
+def rt_progress_keep_step(context: Any, n: int = 3) -> dict[str, Any]:
+    """Record a step, then move only its cursor (keep_step, never waiting for the row)."""
+    context.record_progress("load", {"i": 0})
+    for i in range(1, n + 1):
+        context.record_progress(cursor={"i": i}, keep_step=True, no_wait=True)
+    return {"step": context.progress.step, "cursor": context.progress.cursor}
