@@ -336,11 +336,17 @@ class BaseEngine(ABC):
         A result applies only if its job is still running, owned by the same
         client (or lease) at the same fence. Returns the applied results; the
         caller treats the rest as fenced.
+
+        ``skip_locked`` does not apply to the results of leased jobs: a lease
+        holder's outcome waits for the row, so it is applied or fenced, never
+        silently skipped.
         """
         checks.limit(params.keep_logs, "keep_logs")
         if not params.jobs:
             return []
         checks.finalize(params.jobs)
+        if params.skip_locked and any(f.lease_token is not None for f in params.jobs):
+            params = dataclasses.replace(params, skip_locked=False)
         return self._job_finalize_many(params)
 
     def job_record_progress(self, params: JobRecordProgressParams) -> Progress | None:

@@ -250,6 +250,39 @@ def test_finalize__skip_locked_skips_a_job_held_by_another_transaction(
     assert finalize(tx_engine, now, result(job, "completed"), skip_locked=True) != []
 
 
+def test_finalize__skip_locked_does_not_apply_to_a_leased_result(tx_engine: BaseEngine) -> None:
+    now = tx_engine.now()
+    job = insert(tx_engine, now, queue="by-id")
+    leased = tx_engine.job_claim_by_id(JobClaimByIDParams(id=job.id, fence=0, ttl=HOUR, now=now))
+    done = JobFinalize(
+        id=job.id,
+        attempted_by=None,
+        fence=leased.lease.fence,
+        state="completed",
+        lease_token=leased.lease.token,
+    )
+    applied: list[Any] = []
+
+    def holder_outcome() -> None:
+        try:
+            applied.extend(
+                tx_engine.job_finalize_many(JobFinalizeParams(jobs=[done], skip_locked=True))
+            )
+        finally:
+            connection.close()
+
+    with row_held(leased.job):
+        outcome = threading.Thread(target=holder_outcome, daemon=True)
+        outcome.start()
+        # A skipped result would return at once; a leased one waits for the row.
+        outcome.join(0.5)
+    outcome.join(20)
+
+    assert not outcome.is_alive()
+    assert [f.id for f in applied] == [job.id]
+    assert get(tx_engine, job).state == "completed"
+
+
 def test_progress__no_wait_raises_job_locked_while_another_transaction_holds_the_job(
     tx_engine: BaseEngine,
 ) -> None:

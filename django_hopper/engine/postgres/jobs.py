@@ -374,9 +374,8 @@ class JobsMixin(PostgresSupport):
             name += ".skip_locked" if params.skip_locked else ""
             rows = self._fetchall(name, values, prepare=True)
             return [JobFinalized(id=row[0], fence=row[1]) for row in rows]
-        leased = any(f.lease_token is not None for f in results)
         name = "job_finalize_many"
-        name += ".skip_locked" if params.skip_locked and not leased else ""
+        name += ".skip_locked" if params.skip_locked else ""
         values = {
             **convert.finalize_arrays(results),
             "now": params.now,
