@@ -27,6 +27,8 @@ _LAZY = {
     "delete_job": "django_hopper.api",
     "list_jobs": "django_hopper.api",
     "job_logs": "django_hopper.api",
+    "erase_subject": "django_hopper.api",
+    "subject_erasures": "django_hopper.api",
     # job leases: take a job by ID, finalize it in your transaction
     "lease_job": "django_hopper.job_leases",
     "claim_job": "django_hopper.job_leases",
@@ -86,6 +88,7 @@ __all__ = [
     "consume",
     "delete_job",
     "enqueue_many",
+    "erase_subject",
     "get_batch",
     "get_job",
     "get_workflow",
@@ -106,6 +109,7 @@ __all__ = [
     "seek",
     "set_queue_limits",
     "stats",
+    "subject_erasures",
     "subscribe",
 ]
 
@@ -113,10 +117,12 @@ if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
     from django_hopper.api import (
         cancel_job,
         delete_job,
+        erase_subject,
         get_job,
         job_logs,
         list_jobs,
         retry_job,
+        subject_erasures,
     )
     from django_hopper.batches import Batch, get_batch
     from django_hopper.handle import JobHandle

@@ -9,6 +9,7 @@ connection of ``HOPPER["DATABASE"]``, so it joins the caller's transaction.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 
 from django_hopper import signals, validation
-from django_hopper.engine import get_engine
+from django_hopper.engine import checks, get_engine
 from django_hopper.engine.params import (
     JobCancelManyParams,
     JobCancelParams,
@@ -25,9 +26,10 @@ from django_hopper.engine.params import (
     JobListParams,
     JobRetryManyParams,
     JobRetryParams,
+    SubjectEraseParams,
 )
 from django_hopper.exceptions import InvalidJob, NotFound
-from django_hopper.types import JobState
+from django_hopper.types import ErasureRow, JobState
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -38,12 +40,14 @@ __all__ = [
     "cancel_jobs",
     "delete_job",
     "delete_jobs",
+    "erase_subject",
     "get_job",
     "job_logs",
     "list_jobs",
     "parse_job_id",
     "retry_job",
     "retry_jobs",
+    "subject_erasures",
 ]
 
 
@@ -264,3 +268,44 @@ def list_jobs(
         metadata=dict(metadata) if metadata is not None else None,
     )
     return _engine().job_list(params)
+
+
+def erase_subject(subject: str) -> ErasureRow:
+    """Remove a data subject's data from every job that carries it, atomically.
+
+    Every job enqueued with ``.using(subject=...)`` of this subject loses what
+    it was handed and what it produced: arguments, metadata, tags, keys,
+    errors, progress (a resumable run's cursor and counters), output, step
+    results and attempt logs, live and in history. A waiting or running job
+    ends, discarded (a running attempt is fenced and asked to cancel: nothing
+    it writes afterwards is stored). The jobs stay readable, marked
+    ``erased_at``; the returned record (kept in ``hopper_erasure``) says when
+    and how many rows, naming the subject by its SHA-256 digest only. Runs in
+    the caller's transaction, if any. What is and is not erased:
+    docs/privacy.md.
+    """
+
+    return _engine().subject_erase(SubjectEraseParams(subject=subject))
+
+
+def subject_erasures(subject: str) -> list[ErasureRow]:
+    """Return the erasures recorded for a subject, oldest first (found by its digest)."""
+
+    from django_hopper.models import Erasure  # noqa: PLC0415 - the api imports no models at load
+
+    engine = _engine()
+    digest = hashlib.sha256(checks.subject(subject).encode()).hexdigest()
+    rows = Erasure.objects.using(engine.alias).filter(subject_digest=digest).order_by("id")
+    return [
+        ErasureRow(
+            id=r.id,
+            subject_digest=r.subject_digest,
+            erased_at=r.erased_at,
+            jobs=r.jobs,
+            running=r.running,
+            steps=r.steps,
+            logs=r.logs,
+            results=r.results,
+        )
+        for r in rows
+    ]

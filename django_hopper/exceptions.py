@@ -57,6 +57,10 @@ class JobNotClaimable(HopperError):
     """The job cannot be claimed now (pending, expired, paused, ordered, finished)."""
 
 
+class JobErased(HopperError):
+    """The job's data was erased (``erase_subject``): it cannot run again."""
+
+
 class JobLocked(HopperError):
     """Another transaction holds the job's row and the caller asked not to wait."""
 

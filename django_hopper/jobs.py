@@ -86,6 +86,8 @@ class EnqueueOptions:
     ttl: dt.timedelta | None = None
     #: Announce the finalize on the done channel, so ``JobHandle.wait`` wakes at once.
     awaited: bool = False
+    #: The data subject whose data the job carries (``erase_subject`` finds it by this).
+    subject: str | None = None
 
 
 class JobFunction(Generic[P, R]):
@@ -218,6 +220,7 @@ class JobFunction(Generic[P, R]):
         metadata: Mapping[str, Any] = _UNSET,
         ttl: dt.timedelta | float | None = _UNSET,
         awaited: bool = _UNSET,
+        subject: str | None = _UNSET,
     ) -> JobFunction[P, R]:
         """Return a copy that enqueues with other options; this one is unchanged.
 
@@ -234,7 +237,10 @@ class JobFunction(Generic[P, R]):
         metadata, priority, max attempts and schedule instead of leaving it.
 
         ``ttl``: a job still waiting this long after enqueue is discarded.
-        Every value is checked here and again at enqueue.
+
+        ``subject``: the data subject (a person, a customer: ``"user:42"``)
+        whose data the job carries; ``erase_subject(subject)`` later removes
+        it (docs/privacy.md). Every value is checked here and again at enqueue.
         """
         fields: dict[str, Any] = {}
         if queue is not _UNSET:
@@ -268,6 +274,8 @@ class JobFunction(Generic[P, R]):
             if not isinstance(awaited, bool):
                 raise InvalidJob(f"awaited must be True or False, not {awaited!r}", field="awaited")
             opts["awaited"] = awaited
+        if subject is not _UNSET:
+            opts["subject"] = validation.key(subject, "subject")
         return self._copy(fields, dataclasses.replace(self.options, **opts))
 
     def _copy(self, changes: dict[str, Any], options: EnqueueOptions) -> JobFunction[P, R]:
@@ -414,6 +422,7 @@ class JobFunction(Generic[P, R]):
             unique_finished=opts.unique_finished,
             ordering_key=opts.ordering_key,
             partition_key=opts.partition_key,
+            subject=opts.subject,
             ttl=opts.ttl,
             awaited=opts.awaited,
         )

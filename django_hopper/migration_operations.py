@@ -227,3 +227,29 @@ class RequireCode(migrations.operations.base.Operation):
 
     def describe(self) -> str:
         return f"Require code built for hopper schema {self.version} or later"
+
+
+class AddHistoryIndex(migrations.AddIndex):
+    """``AddIndex`` on partitioned history without building it in the migration.
+
+    Where history is partitioned, ``CREATE INDEX ... ON ONLY`` declares the
+    index on the parent alone: a catalog change that waits for no build (a
+    partitioned table cannot build concurrently). The leader's
+    ``HistoryIndexer`` then builds each partition's index concurrently and
+    attaches it; the parent's index is valid once every partition has one.
+    Elsewhere (one history table) it is an ordinary ``AddIndex``.
+    """
+
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        features = _features(schema_editor)
+        if not (features and features.supports_history_partitions):
+            schema_editor.add_index(model, self.index)
+            return
+        sql = str(self.index.create_sql(model, schema_editor))
+        table = schema_editor.quote_name(model._meta.db_table)
+        schema_editor.execute(sql.replace(f" ON {table} ", f" ON ONLY {table} ", 1))

@@ -80,6 +80,11 @@ class JobBase(models.Model):
     admission_misses = models.IntegerField(null=True, blank=True)
     # The job's step name within its workflow (WorkflowInsertParams.Steps), or null.
     step = models.CharField(max_length=255, null=True, blank=True)
+    # The data subject whose data the job carries (erase_subject finds it by this
+    # key), or null; an erasure clears it with the rest.
+    subject = models.CharField(max_length=255, null=True, blank=True)
+    # When erase_subject removed the job's data, or null.
+    erased_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         abstract = True
@@ -161,6 +166,11 @@ class Job(JobBase):
                 name="hopper_job_batch",
             ),
             models.Index(
+                fields=["subject"],
+                condition=Q(subject__isnull=False),
+                name="hopper_job_subject",
+            ),
+            models.Index(
                 fields=["queue", "ordering_key", "id"],
                 condition=Q(ordering_key__isnull=False),
                 name="hopper_job_ordering",
@@ -220,7 +230,39 @@ class JobHistory(JobBase):
                 condition=Q(batch_id__isnull=False),
                 name="hopper_history_batch",
             ),
+            models.Index(
+                fields=["subject"],
+                condition=Q(subject__isnull=False),
+                name="hopper_history_subject",
+            ),
         ]
+
+
+class Erasure(models.Model):
+    """That a data subject's data was erased: when, and how many rows, never the data.
+
+    The subject is kept as its SHA-256 digest only, so "was this subject
+    erased?" can be answered by whoever knows the subject, and the record
+    itself names nobody.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    subject_digest = models.CharField(max_length=64)
+    erased_at = models.DateTimeField()
+    # Job rows erased (live and history), of which were running (their attempt fenced).
+    jobs = models.IntegerField(default=0)
+    running = models.IntegerField(default=0)
+    # Step-ledger rows, attempt logs and dependency results deleted.
+    steps = models.IntegerField(default=0)
+    logs = models.IntegerField(default=0)
+    results = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "hopper_erasure"
+        indexes = [models.Index(fields=["subject_digest"], name="hopper_erasure_subject")]
+
+    def __str__(self) -> str:
+        return f"erasure {self.id} at {self.erased_at:%Y-%m-%d %H:%M:%S}"
 
 
 class JobLog(models.Model):

@@ -386,6 +386,13 @@ class JobRow:
     dependencies: list[Dependency] | None = None
     #: The job's step name within its workflow, or None.
     step: str | None = None
+    #: The data subject whose data the job carries (``erase_subject`` finds the
+    #: job by it), or None; cleared by the erasure.
+    subject: str | None = None
+    #: When ``erase_subject`` removed the job's data, or None. An erased job
+    #: reads with its arguments, metadata, tags, keys, errors, progress and
+    #: output empty.
+    erased_at: dt.datetime | None = None
     #: Why stored values of this row do not decode (``"progress: expected a JSON
     #: object, not a list"``), or None. The fields it names read as their empty
     #: value; a claim fails such a job's attempt instead of running it
@@ -457,6 +464,32 @@ class HistoryPartitionRow:
     is_default: bool
     #: The bound as PostgreSQL prints it.
     bound: str = ""
+
+
+@dataclass(slots=True)
+class ErasureRow:
+    """That a data subject's data was erased: when, and how many rows. Never the data.
+
+    ``subject_digest`` is the SHA-256 of the subject key (hex), so whoever
+    knows the subject can find its erasures and the record names nobody.
+    """
+
+    id: int
+    subject_digest: str
+    erased_at: dt.datetime
+    #: Job rows erased, live and history; ``running`` of them had an attempt
+    #: running, which the erasure fenced.
+    jobs: int = 0
+    running: int = 0
+    #: Step-ledger rows, attempt logs and dependency results deleted.
+    steps: int = 0
+    logs: int = 0
+    results: int = 0
+    #: The live jobs the erasure ended (discarded), those of them that were
+    #: running, and their batches.
+    ended: list[JobID] = field(default_factory=list)
+    fenced: list[JobID] = field(default_factory=list)
+    batches: list[JobID] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -621,9 +654,10 @@ class JobOutcome:
     RUNNING = "running"  # refused: JobRunning (retry, delete)
     UNIQUE_CONFLICT = "unique_conflict"  # refused: UniqueConflict (retry)
     NOT_FOUND = "not_found"  # refused: NotFound
+    ERASED = "erased"  # refused: JobErased (retry)
 
     #: The outcomes that changed nothing because the one-job method would raise.
-    REFUSALS = frozenset({RUNNING, UNIQUE_CONFLICT, NOT_FOUND})
+    REFUSALS = frozenset({RUNNING, UNIQUE_CONFLICT, NOT_FOUND, ERASED})
 
 
 @dataclass(slots=True)

@@ -34,6 +34,7 @@ REFUSED_TEXT = {
     JobOutcome.RUNNING: "running: cancel it first",
     JobOutcome.UNIQUE_CONFLICT: "a live job holds its unique key",
     JobOutcome.NOT_FOUND: "no longer exists",
+    JobOutcome.ERASED: "erased: its arguments are gone",
 }
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -98,21 +99,24 @@ from django_hopper.engine.params import (
     StreamPumpResult,
     StreamReadParams,
     StreamSeekParams,
+    SubjectEraseParams,
     WorkflowInsertParams,
     WorkflowInsertResult,
     WorkflowPromoteParams,
     WorkflowPromoteResult,
 )
-from django_hopper.exceptions import HistoryIndexRepairError, InvalidJob, NotSupported
+from django_hopper.exceptions import HistoryIndexRepairError, InvalidJob, JobErased, NotSupported
 from django_hopper.types import (
     CHANNEL_CONTROL,
     AttemptLog,
     BatchRow,
     ClientRow,
     ControlMessage,
+    ErasureRow,
     HistoryPartitionRow,
     JobID,
     JobManyResult,
+    JobOutcome,
     JobRow,
     JobState,
     JobStepRow,
@@ -393,7 +397,10 @@ class BaseEngine(ABC):
         schedule brought forward. Clears the TTL. Raises JobRunning for a
         running job, UniqueConflict if a live job holds the same unique key,
         NotFound for an unknown job. Keeps progress unless ``from_start``.
+        Raises JobErased for an erased job: its arguments are gone.
         """
+        if self._erased([params.id]):
+            raise JobErased(f"job {params.id} was erased: its arguments are gone, it cannot run")
         return self._job_retry(params)
 
     def job_delete(self, params: JobDeleteParams) -> JobRow:
@@ -413,8 +420,29 @@ class BaseEngine(ABC):
 
     def job_retry_many(self, params: JobRetryManyParams) -> JobManyResult:
         """Retry each job as ``job_retry`` would; its errors become RUNNING,
-        UNIQUE_CONFLICT and NOT_FOUND outcomes, and those jobs are unchanged."""
-        return self._job_retry_many(params)
+        UNIQUE_CONFLICT, NOT_FOUND and ERASED outcomes, and those jobs are unchanged."""
+        erased = self._erased(params.ids)
+        if not erased:
+            return self._job_retry_many(params)
+        rest = [i for i in params.ids if i not in erased]
+        done = (
+            self._job_retry_many(dataclasses.replace(params, ids=rest))
+            if rest
+            else JobManyResult(outcomes={})
+        )
+        outcomes = {
+            i: JobOutcome.ERASED if i in erased else done.outcomes[i]
+            for i in dict.fromkeys(params.ids)
+        }
+        return JobManyResult(outcomes=outcomes, jobs=done.jobs)
+
+    def _erased(self, ids: Sequence[JobID]) -> set[JobID]:
+        """Return which of these jobs were erased (an operator's read, before a retry)."""
+        unique = tuple(dict.fromkeys(ids))
+        if not unique:
+            return set()
+        rows = self._job_list(JobListParams(ids=unique, limit=len(unique)))
+        return {r.id for r in rows if r.erased_at is not None}
 
     def job_delete_many(self, params: JobDeleteManyParams) -> JobManyResult:
         """Delete each job as ``job_delete`` would; a running one is RUNNING, unchanged."""
@@ -536,7 +564,7 @@ class BaseEngine(ABC):
         """Return a job's step ledger in the order the steps were first tried (no fence)."""
         return self._job_steps(id)
 
-    # == pass leases of resumable runs =========================================
+    # == pass leases of resumable runs ==================================
 
     def job_pass_begin(self, params: JobPassBeginParams) -> JobPassBegun | None:
         """BEGIN a claimed pass, the commitment point: the caller runs its handler
@@ -606,6 +634,40 @@ class BaseEngine(ABC):
         """Return what a live run's row says of its pass lease and admission misses
         (None: not a live job)."""
         return self._job_pass_get(id)
+
+    # == data subjects =========================================================
+
+    def subject_erase(self, params: SubjectEraseParams) -> ErasureRow:
+        """Remove a data subject's data from every job row that carries it, atomically.
+
+        Live jobs of the subject end: they move to history as discarded with
+        their data removed, so a running attempt is fenced (its later result,
+        progress, step records and logs are refused as a stale claim's) and is
+        asked to cancel. Jobs in history (every partition) keep their identity,
+        state, counters and times and lose their arguments, metadata, tags,
+        keys, errors, snooze reason, progress and output. Both are marked
+        ``erased_at``, and their step ledgers, attempt logs and dependency
+        results are deleted. One ``hopper_erasure`` row records when and how
+        many rows, naming the subject by its SHA-256 digest only. The batches
+        and workflows of the ended jobs are settled and their dependents
+        promoted or failed in the same transaction.
+        """
+        subject = checks.subject(params.subject)
+        digest = hashlib.sha256(subject.encode()).hexdigest()
+        with transaction.atomic(using=self.alias):
+            row = self._subject_erase(dataclasses.replace(params, subject=subject), digest)
+            if row.ended:
+                promoted = self.workflow_promote_ready(
+                    WorkflowPromoteParams(depends_on=tuple(row.ended), now=params.now)
+                )
+                batches = sorted({*row.batches, *promoted.batches})
+                if batches:
+                    self.batch_settle(BatchSettleParams(ids=tuple(batches), now=params.now))
+            if row.fenced:
+                self.notify(
+                    CHANNEL_CONTROL, [ControlMessage.cancel(i).payload() for i in row.fenced]
+                )
+        return row
 
     # == clients ===============================================================
 
@@ -1003,6 +1065,12 @@ class BaseEngine(ABC):
 
     @abstractmethod
     def _job_pass_get(self, id: JobID) -> JobPassRow | None: ...
+
+    # -- data subjects
+
+    @abstractmethod
+    def _subject_erase(self, params: SubjectEraseParams, digest: str) -> ErasureRow:
+        """Erase the subject's rows; record the erasure under ``digest``."""
 
     # -- clients
 

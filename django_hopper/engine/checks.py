@@ -130,6 +130,7 @@ def insert(p: JobInsertParams, *, copy: bool = False) -> None:
     validation.key(p.unique_key, "unique_key")
     validation.key(p.ordering_key, "ordering_key")
     validation.key(p.partition_key, "partition_key")
+    validation.key(p.subject, "subject")
     if isinstance(p.tags, str) or not all(isinstance(t, str) and t for t in p.tags):
         raise InvalidJob(f"tags must be non-empty strings, not {p.tags!r}", field="tags")
     if p.unique_finished:
@@ -167,6 +168,15 @@ def batch(params: BatchInsertParams) -> None:
     if type(total) is not int or total < 0:
         raise InvalidJob(f"total must be a non-negative integer, not {total!r}", field="total")
     callbacks(params.on_success, params.on_failure, params.on_complete)
+
+
+def subject(value: Any) -> str:
+    """Return a data subject key, or refuse one that no job could carry."""
+    if value is None:
+        raise InvalidJob("subject must be a non-empty string, not None", field="subject")
+    checked = validation.key(value, "subject")
+    assert checked is not None
+    return checked
 
 
 def batch_duplicates(params: BatchDuplicatesParams) -> None:

@@ -171,6 +171,8 @@ def _strict(r: Sequence[Any], c: Codec) -> JobRow:
         finalized_at=tm(r[COL.finalized_at]),
         output=None if output is None else js(output),
         step=r[COL.step],
+        subject=r[COL.subject],
+        erased_at=tm(r[COL.erased_at]),
     )
 
 
@@ -230,6 +232,8 @@ def _tolerant(r: Sequence[Any], c: Codec) -> JobRow:
         finalized_at=time("finalized_at"),
         output=field("output", opt_json(_same), None),
         step=r[COL.step],
+        subject=r[COL.subject],
+        erased_at=time("erased_at"),
     )
     job.decode_error = "; ".join(problems) or "the row does not decode"
     return job

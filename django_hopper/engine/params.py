@@ -97,6 +97,8 @@ class JobInsertParams:
     awaited: bool = False
     #: Pre-generated ID (UUIDv7); the engine generates one when None.
     id: JobID | None = None
+    #: The data subject whose data the job carries: ``subject_erase`` finds it by this.
+    subject: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -457,6 +459,14 @@ class JobsMaintainResult:
 
 # ---------------------------------------------------------------------------
 # Batches and workflows
+
+
+@dataclass(slots=True, frozen=True)
+class SubjectEraseParams:
+    """Erase every job row that carries ``subject``, live and in history."""
+
+    subject: str
+    now: dt.datetime | None = None
 
 
 @dataclass(slots=True, frozen=True)

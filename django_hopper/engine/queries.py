@@ -39,15 +39,16 @@ from functools import cache
 from pathlib import Path
 
 #: The columns of every job row the engines return, in this order: the live
-#: table's columns (``step`` last), then ``finalized_at`` and ``output``, which a
-#: live row returns as NULL. Written once, here: the SQL gets it through the
-#: ``{job_columns}`` fragments and the converters read rows through :data:`COL`.
+#: table's columns (``step``, ``subject``, ``erased_at`` last), then
+#: ``finalized_at`` and ``output``, which a live row returns as NULL. Written
+#: once, here: the SQL gets it through the ``{job_columns}`` fragments and the
+#: converters read rows through :data:`COL`.
 JOB_COLUMNS_LIVE: tuple[str, ...] = (
     "id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "scheduled_at",
     "attempted_at", "attempted_by", "fence", "args", "metadata", "errors", "unique_key",
     "ordering_key", "partition_key", "tags", "batch_id", "expires_at", "cancel_requested_at",
     "awaited", "created_at", "snooze_reason", "progress", "lease_token", "lease_expires_at",
-    "lease_renewed_at", "step",
+    "lease_renewed_at", "step", "subject", "erased_at",
 )  # fmt: skip
 JOB_COLUMNS: tuple[str, ...] = (*JOB_COLUMNS_LIVE, "finalized_at", "output")
 #: How many columns a job row has (a query may add its own after them).
@@ -87,6 +88,8 @@ class _JobColumnIndex:
     lease_expires_at: int
     lease_renewed_at: int
     step: int
+    subject: int
+    erased_at: int
     finalized_at: int
     output: int
 

@@ -160,7 +160,7 @@ def test_queries__refuse_a_template_mistake_at_load(text: str) -> None:
 def test_queries__name_every_column_of_a_job_row_once() -> None:
     assert len(set(JOB_COLUMNS)) == JOB_WIDTH
     assert [getattr(COL, name) for name in JOB_COLUMNS] == list(range(JOB_WIDTH))
-    assert JOB_COLUMNS[-3:] == ("step", "finalized_at", "output")
+    assert JOB_COLUMNS[-5:] == ("step", "subject", "erased_at", "finalized_at", "output")
 
 
 def test_queries__a_fragment_may_use_other_fragments_but_not_itself() -> None:

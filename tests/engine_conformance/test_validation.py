@@ -87,6 +87,8 @@ BAD_INSERTS: list[tuple[str, dict[str, Any]]] = [
     ("ordering_key", {"ordering_key": ""}),
     ("ordering_key", {"ordering_key": "o" * 300}),
     ("partition_key", {"partition_key": "p" * 300}),
+    ("subject", {"subject": ""}),
+    ("subject", {"subject": "s" * 300}),
     ("tags", {"tags": ("",)}),
     ("tags", {"tags": "abc"}),
     ("tags", {"tags": (1,)}),

@@ -21,6 +21,7 @@ from django_hopper.engine.postgres.queues import QueuesMixin
 from django_hopper.engine.postgres.stats import StatsMixin
 from django_hopper.engine.postgres.steps import StepsMixin
 from django_hopper.engine.postgres.streams import StreamsMixin
+from django_hopper.engine.postgres.subjects import SubjectsMixin
 from django_hopper.engine.postgres.workflows import WorkflowsMixin
 
 
@@ -38,6 +39,7 @@ class PostgresEngine(
     PassesMixin,
     PubSubMixin,
     StreamsMixin,
+    SubjectsMixin,
 ):
     """Hopper on PostgreSQL: SKIP LOCKED claims, COPY inserts, LISTEN/NOTIFY wake-ups."""
 

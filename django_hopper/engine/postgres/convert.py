@@ -114,6 +114,7 @@ def insert_arrays(params: Sequence[JobInsertParams], ids: Sequence[uuid.UUID]) -
         "batch_id": [p.batch_id for p in params],
         "ttl": [p.ttl for p in params],
         "awaited": [bool(p.awaited) for p in params],
+        "subject": [p.subject for p in params],
     }
 
 
@@ -143,6 +144,7 @@ def inserted_job(p: JobInsertParams, arrays: dict[str, Any], i: int, r: Sequence
         batch_id=p.batch_id,
         expires_at=r[3],
         awaited=bool(p.awaited),
+        subject=p.subject,
     )
 
 

@@ -102,6 +102,7 @@ _INSERT_ONE = re.sub(r"%\((\w+)\)s::(\w+)\[\]", r"ARRAY[%(\1)s::\2]", QUERIES["j
 _COPY_TYPES = [
     "uuid", "text", "text", "text", "int2", "int4", "int4", "timestamptz", "int8", "jsonb",
     "jsonb", "jsonb", "text", "text", "jsonb", "uuid", "timestamptz", "bool", "timestamptz",
+    "text",
 ]  # fmt: skip
 
 
@@ -279,6 +280,7 @@ class JobsMixin(PostgresSupport):
                                 job_id, p.kind, p.queue, state, p.priority, 0, p.max_attempts,
                                 scheduled_at, 0, p.args, p.metadata, [], p.ordering_key,
                                 p.partition_key, tags, p.batch_id, expires_at, p.awaited, now,
+                                p.subject,
                             )
                         )  # fmt: skip
                     jobs.append(
@@ -300,6 +302,7 @@ class JobsMixin(PostgresSupport):
                             batch_id=p.batch_id,
                             expires_at=expires_at,
                             awaited=p.awaited,
+                            subject=p.subject,
                         )
                     )
             results = [JobInsertResult(job) for job in jobs]

@@ -15,6 +15,7 @@ from django_hopper.engine.sqlite.queues import QueuesMixin
 from django_hopper.engine.sqlite.stats import StatsMixin
 from django_hopper.engine.sqlite.steps import StepsMixin
 from django_hopper.engine.sqlite.streams import StreamsMixin
+from django_hopper.engine.sqlite.subjects import SubjectsMixin
 from django_hopper.engine.sqlite.workflows import WorkflowsMixin
 
 
@@ -32,6 +33,7 @@ class SQLiteEngine(
     PassesMixin,
     PubSubMixin,
     StreamsMixin,
+    SubjectsMixin,
 ):
     """The embedded engine: polling for wake-ups, a single writer for exclusivity.
 

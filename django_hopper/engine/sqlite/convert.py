@@ -204,5 +204,6 @@ def inserted_row(
         tags=tags,
         expires_at=expires.astimezone(dt.UTC) if expires is not None else None,
         awaited=p.awaited,
+        subject=p.subject,
         **extra,
     )

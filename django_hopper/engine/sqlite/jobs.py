@@ -129,6 +129,7 @@ class JobsMixin(SQLiteSupport):
                     p.batch_id.hex if p.batch_id else None,
                     db_time(expires, "ttl") if expires is not None else None,
                     1 if p.awaited else 0,
+                    p.subject,
                 ]
             )
             jobs.append(

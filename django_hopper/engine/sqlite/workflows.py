@@ -77,7 +77,7 @@ class WorkflowsMixin(SQLiteSupport):
                     dumps(p.args, "args"), dumps(p.metadata, "metadata"), p.ordering_key,
                     p.partition_key, dumps(tags, "tags"),
                     db_time(expires, "ttl") if expires is not None else None,
-                    1 if p.awaited else 0, steps[i],
+                    1 if p.awaited else 0, steps[i], p.subject,
                 ]
             )  # fmt: skip
             results.append(

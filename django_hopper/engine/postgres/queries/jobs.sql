@@ -39,22 +39,22 @@ input AS (
                 %(max_attempts)s::int4[], %(scheduled_at)s::timestamptz[], %(args)s::text[],
                 %(metadata)s::text[], %(tags)s::text[], %(unique_key)s::text[],
                 %(ordering_key)s::text[], %(partition_key)s::text[], %(batch_id)s::uuid[],
-                %(ttl)s::interval[], %(awaited)s::bool[])
+                %(ttl)s::interval[], %(awaited)s::bool[], %(subject)s::text[])
          WITH ORDINALITY AS t(id, kind, queue, priority, max_attempts, sched, args, metadata,
                               tags, unique_key, ordering_key, partition_key, batch_id, ttl,
-                              awaited, ord)
+                              awaited, subject, ord)
     CROSS JOIN clock c
 ),
 inserted AS (
     INSERT INTO hopper_job AS j (id, kind, queue, state, priority, attempt, max_attempts,
                                  scheduled_at, fence, args, metadata, errors, unique_key,
                                  ordering_key, partition_key, tags, batch_id, expires_at,
-                                 awaited, created_at)
+                                 awaited, created_at, subject)
     SELECT i.id, i.kind, i.queue,
            CASE WHEN i.scheduled_at > i.now THEN 'scheduled' ELSE 'available' END,
            i.priority, 0, i.max_attempts, i.scheduled_at, 0, i.args::jsonb,
            i.metadata::jsonb, '[]'::jsonb, i.unique_key, i.ordering_key, i.partition_key,
-           i.tags::jsonb, i.batch_id, i.now + i.ttl, i.awaited, i.now
+           i.tags::jsonb, i.batch_id, i.now + i.ttl, i.awaited, i.now, i.subject
     FROM input i
     ORDER BY i.ord
     ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
@@ -130,7 +130,7 @@ DELETE FROM hopper_job WHERE id = ANY (%(ids)s::uuid[])
 -- name: job_insert_copy
 COPY hopper_job (id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, fence,
                  args, metadata, errors, ordering_key, partition_key, tags, batch_id, expires_at,
-                 awaited, created_at)
+                 awaited, created_at, subject)
 FROM STDIN (FORMAT BINARY)
 
 -- name: job_claim
@@ -441,7 +441,7 @@ archived AS (
                                                    || g.new_error::jsonb) END,
            g.unique_key, g.ordering_key, g.partition_key, g.tags, g.batch_id, g.expires_at,
            g.cancel_requested_at, g.awaited, g.created_at, NULL, g.progress, NULL, NULL, NULL,
-           g.step,
+           g.step, g.subject, g.erased_at,
            c.now, g.new_output::jsonb
     FROM gone g CROSS JOIN clock c
     WHERE NOT g.dropped
@@ -579,19 +579,19 @@ gone AS (
     RETURNING j.id, j.kind, j.queue, j.priority, j.attempt, j.max_attempts, j.scheduled_at,
         j.attempted_at, j.attempted_by, j.fence, j.args, j.metadata, j.errors, j.unique_key,
         j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
-        j.cancel_requested_at, j.awaited, j.created_at, j.progress, j.step, m.output
+        j.cancel_requested_at, j.awaited, j.created_at, j.progress, j.step, j.subject, m.output
 ),
 archived AS (
     INSERT INTO hopper_job_history (id, kind, queue, state, priority, attempt, max_attempts,
         scheduled_at, attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
         ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at, awaited,
-        created_at, progress, step, finalized_at, output)
+        created_at, progress, step, subject, finalized_at, output)
     SELECT g.id, g.kind, g.queue, 'completed', g.priority, g.attempt, g.max_attempts,
            g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args,
            {history_metadata_g},
            g.errors, g.unique_key, g.ordering_key, g.partition_key, g.tags, g.batch_id,
            g.expires_at, g.cancel_requested_at, g.awaited, g.created_at, g.progress, g.step,
-           coalesce(%(now)s::timestamptz, now()), g.output::jsonb
+           g.subject, coalesce(%(now)s::timestamptz, now()), g.output::jsonb
     FROM gone g
 ),
 done AS (
@@ -687,7 +687,7 @@ archived AS (
                'at', c.now, 'attempt', g.attempt, 'error', 'canceled', 'rescue', 'canceled')),
            g.unique_key, g.ordering_key, g.partition_key, g.tags, g.batch_id, g.expires_at,
            g.cancel_requested_at, g.awaited, g.created_at, NULL, g.progress, NULL, NULL, NULL,
-           g.step,
+           g.step, g.subject, g.erased_at,
            c.now, NULL
     FROM gone g CROSS JOIN clock c
     RETURNING {job_columns_history:hopper_job_history}
@@ -723,7 +723,7 @@ INSERT INTO hopper_job AS j ({job_columns_live})
            c.now, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
            h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, NULL, NULL,
            h.awaited, h.created_at, NULL,
-           CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step
+           CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step, h.subject, h.erased_at
     FROM h CROSS JOIN clock c
     ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING {job_columns:j}
@@ -815,7 +815,7 @@ SELECT g.id, g.kind, g.queue, 'discarded', g.priority, g.attempt, g.max_attempts
            'at', c.now, 'attempt', g.attempt, 'error', 'expired before it could run',
            'rescue', 'ttl_expired')),
        g.unique_key, g.ordering_key, g.partition_key, g.tags, g.batch_id, g.expires_at,
-       g.cancel_requested_at, g.awaited, g.created_at, NULL, g.progress, NULL, NULL, NULL, g.step,
+       g.cancel_requested_at, g.awaited, g.created_at, NULL, g.progress, NULL, NULL, NULL, g.step, g.subject, g.erased_at,
        c.now, NULL
 FROM gone g CROSS JOIN clock c
 RETURNING {job_columns_history:hopper_job_history}

@@ -24,23 +24,23 @@ input AS (
                 %(max_attempts)s::int4[], %(scheduled_at)s::timestamptz[], %(args)s::text[],
                 %(metadata)s::text[], %(tags)s::text[], %(ordering_key)s::text[],
                 %(partition_key)s::text[], %(ttl)s::interval[], %(awaited)s::bool[],
-                %(step)s::text[], %(pending)s::bool[])
+                %(step)s::text[], %(pending)s::bool[], %(subject)s::text[])
          WITH ORDINALITY AS t(id, kind, queue, priority, max_attempts, sched, args, metadata,
                               tags, ordering_key, partition_key, ttl, awaited, step, pending,
-                              ord)
+                              subject, ord)
     CROSS JOIN clock c
 ),
 jobs AS (
     INSERT INTO hopper_job AS j (id, kind, queue, state, priority, attempt, max_attempts,
                                  scheduled_at, fence, args, metadata, errors, ordering_key,
                                  partition_key, tags, batch_id, expires_at, awaited,
-                                 created_at, step)
+                                 created_at, step, subject)
     SELECT i.id, i.kind, i.queue,
            CASE WHEN i.pending THEN 'pending'
                 WHEN i.scheduled_at > i.now THEN 'scheduled' ELSE 'available' END,
            i.priority, 0, i.max_attempts, i.scheduled_at, 0, i.args::jsonb, i.metadata::jsonb,
            '[]'::jsonb, i.ordering_key, i.partition_key, i.tags::jsonb, %(batch_id)s::uuid,
-           i.now + i.ttl, i.awaited, i.now, i.step
+           i.now + i.ttl, i.awaited, i.now, i.step, i.subject
     FROM input i
     ORDER BY i.ord
     RETURNING j.id, j.state, j.scheduled_at, j.expires_at, j.created_at
@@ -140,7 +140,7 @@ archived AS (
                'rescue', 'dependency_failed')),
            g.unique_key, g.ordering_key, g.partition_key, g.tags, g.batch_id, g.expires_at,
            g.cancel_requested_at, g.awaited, g.created_at, NULL, g.progress, NULL, NULL, NULL,
-           g.step, c.now, NULL
+           g.step, g.subject, g.erased_at, c.now, NULL
     FROM gone g CROSS JOIN clock c
 ),
 progress AS (

@@ -39,19 +39,19 @@ CASE WHEN json_valid(j.metadata) AND json_type(j.metadata) = 'object'
 -- name: job_insert_many
 -- %(rows)s: [id, kind, queue, state, priority, max_attempts, scheduled_at, args,
 -- metadata, unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
--- awaited]. An input whose unique key a live job holds is skipped (never an
+-- awaited, subject]. An input whose unique key a live job holds is skipped (never an
 -- IntegrityError); RETURNING says which were inserted.
 INSERT INTO hopper_job (
     id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, fence,
     args, metadata, errors, unique_key, ordering_key, partition_key, tags, batch_id,
-    expires_at, awaited, created_at)
+    expires_at, awaited, created_at, subject)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
        json_extract(value, '$[3]'), json_extract(value, '$[4]'), 0,
        json_extract(value, '$[5]'), json_extract(value, '$[6]'), 0,
        json_extract(value, '$[7]'), json_extract(value, '$[8]'), '[]',
        json_extract(value, '$[9]'), json_extract(value, '$[10]'), json_extract(value, '$[11]'),
        json_extract(value, '$[12]'), json_extract(value, '$[13]'), json_extract(value, '$[14]'),
-       json_extract(value, '$[15]'), %(now)s
+       json_extract(value, '$[15]'), %(now)s, json_extract(value, '$[16]')
 FROM json_each(%(rows)s)
 -- The WHERE resolves SQLite's parsing ambiguity of INSERT ... SELECT ... ON CONFLICT.
 WHERE true
@@ -275,7 +275,7 @@ SELECT j.id, j.kind, j.queue,
             ELSE hopper_json_append(j.errors, r.error) END,
        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
        j.cancel_requested_at, j.awaited, j.created_at, NULL, j.progress, NULL, NULL, NULL,
-       j.step, %(now)s, r.output
+       j.step, j.subject, j.erased_at, %(now)s, r.output
 FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS fence,
              json_extract(value, '$[2]') AS client, json_extract(value, '$[3]') AS lease,
              json_extract(value, '$[4]') AS state, json_extract(value, '$[8]') AS error,
@@ -465,7 +465,7 @@ SELECT id, kind, queue, 'canceled', priority, attempt, max_attempts, scheduled_a
                                                'error', 'canceled', 'rescue', 'canceled')),
        unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
        cancel_requested_at, awaited, created_at, NULL, progress, NULL, NULL, NULL,
-       step, %(now)s, NULL
+       step, subject, erased_at, %(now)s, NULL
 FROM hopper_job
 WHERE id = %(id)s AND state IN ('pending', 'available', 'scheduled', 'retryable');
 
@@ -490,7 +490,7 @@ SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
        %(now)s, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
        h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, NULL, NULL,
        h.awaited, h.created_at, NULL,
-       CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step
+       CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step, h.subject, h.erased_at
 FROM hopper_job_history AS h
 
 -- name: job_retry
@@ -550,7 +550,7 @@ SELECT id, kind, queue, 'discarded', priority, attempt, max_attempts, scheduled_
                                                'rescue', 'ttl_expired')),
        unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
        cancel_requested_at, awaited, created_at, NULL, progress, NULL, NULL, NULL,
-       step, %(now)s, NULL
+       step, subject, erased_at, %(now)s, NULL
 FROM hopper_job
 WHERE id IN (
     SELECT id

@@ -15,7 +15,7 @@ SELECT id, kind, queue, 'canceled', priority, attempt, max_attempts, scheduled_a
                                                'error', 'canceled', 'rescue', 'canceled')),
        unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
        cancel_requested_at, awaited, created_at, NULL, progress, NULL, NULL, NULL,
-       step, %(now)s, NULL
+       step, subject, erased_at, %(now)s, NULL
 FROM hopper_job
 WHERE id IN (SELECT value FROM json_each(%(ids)s)) AND state IN ('pending', 'available', 'scheduled', 'retryable');
 

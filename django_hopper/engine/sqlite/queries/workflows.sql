@@ -4,18 +4,18 @@
 
 -- name: workflow_insert
 -- %(rows)s: [id, kind, queue, state, priority, max_attempts, scheduled_at, args,
--- metadata, ordering_key, partition_key, tags, expires_at, awaited, step].
+-- metadata, ordering_key, partition_key, tags, expires_at, awaited, step, subject].
 INSERT INTO hopper_job (
     id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, fence,
     args, metadata, errors, ordering_key, partition_key, tags, batch_id, expires_at, awaited,
-    created_at, step)
+    created_at, step, subject)
 SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), json_extract(value, '$[2]'),
        json_extract(value, '$[3]'), json_extract(value, '$[4]'), 0,
        json_extract(value, '$[5]'), json_extract(value, '$[6]'), 0,
        json_extract(value, '$[7]'), json_extract(value, '$[8]'), '[]',
        json_extract(value, '$[9]'), json_extract(value, '$[10]'), json_extract(value, '$[11]'),
        %(batch_id)s, json_extract(value, '$[12]'), json_extract(value, '$[13]'), %(now)s,
-       json_extract(value, '$[14]')
+       json_extract(value, '$[14]'), json_extract(value, '$[15]')
 FROM json_each(%(rows)s);
 
 -- name: workflow_insert.edges
@@ -92,7 +92,7 @@ SELECT j.id, j.kind, j.queue, json_extract(f.value, '$[1]'), j.priority, j.attem
            'error', 'a dependency was canceled or discarded', 'rescue', 'dependency_failed')),
        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
        j.cancel_requested_at, j.awaited, j.created_at, NULL, j.progress, NULL, NULL, NULL,
-       j.step, %(now)s, NULL
+       j.step, j.subject, j.erased_at, %(now)s, NULL
 FROM json_each(%(fails)s) AS f
 JOIN hopper_job AS j ON j.id = json_extract(f.value, '$[0]')
 WHERE j.state = 'pending';
