@@ -69,6 +69,7 @@ ROLES: tuple[tuple[str, str], ...] = (
     ("notifier", "otifier"),
     ("heartbeat", "eartbeat"),
     ("asyncio loop", "Executor._run_loop"),
+    ("job threads", "Executor._job_thread"),
     ("executor threads", "concurrent/futures/thread.py"),
     ("maintenance", "maintenance/"),
     ("producer", "Producer.run"),
@@ -85,6 +86,8 @@ IDLE_WAIT = (
     "SimpleQueue.get",
     "Queue.get",
     "select (",
+    # A job thread blocked in its queue's get(), a C call with no frame of its own.
+    "Executor._job_thread",
 )
 
 

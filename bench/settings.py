@@ -59,7 +59,8 @@ elif ENGINE == "sqlite":
             "OPTIONS": {
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 30,
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                + os.environ.get("BENCH_SQLITE_PRAGMAS", ""),
             },
         }
     }
