@@ -129,6 +129,7 @@ INTEGERS = {
     "COMPLETER_BATCH_SIZE": (1, "results written per batch"),
     "STREAM_PUMP_LIMIT": (1, "events per stream consumer per maintenance round"),
     "DEFAULT_MAX_ATTEMPTS": (1, "attempts of a job that does not say otherwise"),
+    "ADMISSION_MISS_MAX": (1, "consecutive claims of a resumable run that did not begin"),
 }
 
 
@@ -165,6 +166,18 @@ def _check_numbers(user: dict[str, Any], defaults: dict[str, Any]) -> list[Any]:
                     id="hopper.E010",
                 )
             )
+    margin = user.get("PASS_LEASE_MARGIN", defaults["PASS_LEASE_MARGIN"])
+    if not _is_number(margin) or not 0 <= margin < 1:
+        errors.append(
+            Error(
+                f"HOPPER['PASS_LEASE_MARGIN'] must be a fraction >= 0 and below 1, not {margin!r}.",
+                hint=(
+                    "It is the share of its lease a pass must still have left to begin; "
+                    "0.25 (the default) refuses a pass whose lease expires within a quarter."
+                ),
+                id="hopper.E130",
+            )
+        )
     jitter = user.get("BACKOFF_JITTER", defaults["BACKOFF_JITTER"])
     if not _is_number(jitter) or not 0 <= jitter <= 1:
         errors.append(

@@ -64,6 +64,13 @@ DEFAULTS: dict[str, Any] = {
     # from enqueue), so that a worker of the new release runs it during a
     # rolling deploy; then it is discarded with the reason. 0 discards at once.
     "UNKNOWN_KIND_GRACE": 900.0,
+    # Resumable runs (docs/resumable.md). The share of its lease a claimed pass
+    # must still have left to BEGIN: a pass whose lease expires sooner does not
+    # start its work (an admission miss, which costs no attempt).
+    "PASS_LEASE_MARGIN": 0.25,
+    # Consecutive admission misses after which a run fails ("lease too short for
+    # this environment") instead of being claimed again.
+    "ADMISSION_MISS_MAX": 10,
     # Modules imported by the worker so that their @job functions register.
     "IMPORTS": [],
     # Periodic jobs declared in settings (issue 6).

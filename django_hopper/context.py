@@ -39,6 +39,26 @@ class JobSnooze(Exception):
         self.reason = reason
 
 
+class JobDiscard(Exception):
+    """Raised to fail the job now, whatever attempts it has left: the worker
+    discards it with this error (retrying cannot help, e.g. a resumable step
+    that used up its own retry budget)."""
+
+
+class AttemptSettled(Exception):
+    """Raised by code that has already ended its own attempt, fenced to its claim.
+
+    The runner writes no result for the attempt: a resumable pass whose claim did
+    not BEGIN recorded an admission miss (and how the run waits, or fails) itself.
+    ``state`` is what that ending left the job in, for ``job_finished``.
+    """
+
+    def __init__(self, state: str, reason: str) -> None:
+        super().__init__(reason)
+        self.state = state
+        self.reason = reason
+
+
 class JobContext:
     """The view a running attempt has of its job.
 
@@ -60,6 +80,9 @@ class JobContext:
         #: Set when something else owns the job's progress (a resumable run
         #: stores its committed cursor there): record_progress then refuses.
         self.progress_owner: str | None = None
+        #: The job lease the attempt is fenced to, when one owns the job: a claim
+        #: by ID, or a resumable pass after BEGIN. Its result is fenced to it.
+        self.lease_token: JobID | None = None
 
     # -- the claim ----------------------------------------------------------
 

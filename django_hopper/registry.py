@@ -68,6 +68,24 @@ def register(jf: JobFunction[Any, Any]) -> None:
         registry[jf.kind] = jf
 
 
+#: Kinds whose attempts are passes of resumable runs (``@resumable``). The
+#: runtime reads it to take their expired pass leases over at its next claim and
+#: to count a claim of theirs that never began as an admission miss.
+resumable_kinds: set[str] = set()
+
+
+def register_resumable(kind: str) -> None:
+    """Record that ``kind``'s attempts are passes of resumable runs."""
+    with _registry_lock:
+        resumable_kinds.add(kind)
+
+
+def resumable() -> tuple[str, ...]:
+    """Return the registered resumable kinds, sorted (empty: nothing to take over)."""
+    with _registry_lock:
+        return tuple(sorted(resumable_kinds))
+
+
 #: How the error of a kind that leads to no job function starts (workers store it).
 UNKNOWN_KIND_PREFIX = "unknown job kind"
 

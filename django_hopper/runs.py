@@ -43,6 +43,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import functools
+import logging
+import time
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
@@ -50,22 +52,36 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 from django.db import transaction
 
 from django_hopper import jobs, validation
+from django_hopper import registry as jobs_registry
 from django_hopper.api import parse_job_id
 from django_hopper.conf import hopper_settings
-from django_hopper.context import JobContext, JobSnooze
+from django_hopper.context import AttemptSettled, JobContext, JobDiscard, JobSnooze
 from django_hopper.engine import get_engine
 from django_hopper.engine.params import (
     JobClaimByIDParams,
     JobFinalizeParams,
+    JobListParams,
+    JobPassBeginParams,
+    JobPassMissParams,
+    JobPassTakeoverParams,
     JobRecordProgressParams,
     JobStepGetParams,
     JobStepRecordParams,
     JobStepsClearParams,
 )
-from django_hopper.exceptions import HopperError, InvalidJob, JobCanceled, JobFenced, NotFound
+from django_hopper.exceptions import (
+    HopperError,
+    InvalidJob,
+    JobCanceled,
+    JobFenced,
+    JobNotClaimable,
+    JobRunning,
+    NotFound,
+)
 from django_hopper.jobs import EnqueueOptions, JobFunction, JobHandle
+from django_hopper.types import JobState
 from django_hopper.worker.completer import settle_finished
-from django_hopper.worker.execution import _call_args, completed, failed, snoozed
+from django_hopper.worker.execution import _call_args, completed, discarded, failed, snoozed
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -81,10 +97,21 @@ NEXT_PASS_REASON = "resumable: next pass"
 
 _KEEP: Any = object()
 
+logger = logging.getLogger("django_hopper.runs")
+
+#: The instance of a run started without one: a job with one walk at a time.
+DEFAULT_INSTANCE = "default"
+
 
 class DuplicateStep(HopperError, ValueError):
     """A pass called ``run.step`` twice with one name: names key the memo, so they
     must be unique within a pass (a loop needs ``f"page-{i}"``, not ``"page"``)."""
+
+
+class StepExhausted(HopperError, JobDiscard):
+    """A step used up its own retry budget (``run.step(..., max_attempts=n)``)
+    across passes: the run fails now with the step's last error, whatever
+    attempts the job has left, since passes would only repeat the same failure."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -243,7 +270,9 @@ class Run:
         self._counters[name] = self._counters.get(name, 0) + by
         return self._counters[name]
 
-    def step(self, name: str, fn: Callable[[], T], retry: int = 0) -> T:
+    def step(
+        self, name: str, fn: Callable[[], T], retry: int = 0, max_attempts: int | None = None
+    ) -> T:
         """Run ``fn`` once per run between commits, and return its result.
 
         A step whose result is recorded returns it without calling ``fn`` (a
@@ -251,6 +280,11 @@ class Run:
         JSON and returned as it reads back, so a fresh and a memoized run of
         the pass see the same value. ``retry`` more tries are made at once,
         each failure recorded in the ledger, before the error fails the pass.
+
+        ``max_attempts`` is the step's own budget of tries across passes (the
+        ledger counts them until a pass commits); it defaults to the job's
+        ``max_attempts`` and may narrow it, never widen it. The try that uses
+        it up fails the run at once with :class:`StepExhausted`.
         """
 
         if name in self._seen:
@@ -260,11 +294,14 @@ class Run:
             )
         if not isinstance(retry, int) or isinstance(retry, bool) or retry < 0:
             raise InvalidJob(f"retry must be a non-negative integer, not {retry!r}", field="retry")
+        budget = self._step_budget(max_attempts)
         self._seen.add(name)
         ledger = self._engine
         row = ledger.job_step_get(JobStepGetParams(step=name, **self._claim.fields()))
         if row is not None and row.done:
             return row.result  # type: ignore[no-any-return]
+        if row is not None and row.attempts >= budget:
+            raise StepExhausted(_exhausted(name, row.attempts, budget, row.last_error))
         tries = retry + 1
         while True:
             self.context.check_cancelled()
@@ -275,9 +312,11 @@ class Run:
             except Exception as exc:
                 tries -= 1
                 error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-                ledger.job_step_record(
+                row = ledger.job_step_record(
                     JobStepRecordParams(step=name, done=False, error=error, **self._claim.fields())
                 )
+                if row.attempts >= budget:
+                    raise StepExhausted(_exhausted(name, row.attempts, budget, error)) from exc
                 if tries <= 0:
                     raise
                 continue
@@ -285,6 +324,24 @@ class Run:
                 JobStepRecordParams(step=name, done=True, result=value, **self._claim.fields())
             )
             return value  # type: ignore[no-any-return]
+
+    def _step_budget(self, max_attempts: int | None) -> int:
+        """Return a step's budget of tries: the job's ``max_attempts`` or fewer."""
+        job_max = self.context.job.max_attempts
+        if max_attempts is None:
+            return job_max
+        if (
+            not isinstance(max_attempts, int)
+            or isinstance(max_attempts, bool)
+            or not 1 <= max_attempts <= job_max
+        ):
+            raise InvalidJob(
+                f"a step's max_attempts must be an integer from 1 to the job's max_attempts "
+                f"({job_max}), not {max_attempts!r}: a step may narrow the job's retry "
+                "policy, never widen it",
+                field="max_attempts",
+            )
+        return max_attempts
 
     def commit(self, cursor: JSON, *, done: bool) -> dict[str, Any]:
         """Store the cursor and counters and drop the ledger, in one fenced transaction.
@@ -319,6 +376,13 @@ class Run:
         return run_output(value, self._counters)
 
 
+def _exhausted(name: str, attempts: int, budget: int, error: str | None) -> str:
+    return (
+        f"step {name!r} failed {attempts} times, its retry budget (max_attempts={budget}), "
+        f"so the run fails: {error}"
+    )
+
+
 def claim_of(context: JobContext) -> Claim:
     """Return the claim a context's attempt holds (a leased context carries its token)."""
     job = context.job
@@ -327,8 +391,77 @@ def claim_of(context: JobContext) -> Claim:
         attempted_by=job.attempted_by,
         fence=job.fence,
         attempt=job.attempt,
-        lease_token=getattr(context, "lease_token", None),
+        lease_token=context.lease_token,
     )
+
+
+def pass_margin(lease: dt.timedelta) -> dt.timedelta:
+    """Return how much of its ``lease`` a claimed pass must still have left to BEGIN."""
+    return lease * float(hopper_settings.PASS_LEASE_MARGIN)
+
+
+def begin_pass(
+    engine: BaseEngine, context: JobContext, lease: dt.timedelta, waited: float | None = None
+) -> Claim:
+    """BEGIN the claimed pass, or record an admission miss and raise AttemptSettled.
+
+    The commitment point: the handler runs if and only if BEGIN wrote, and
+    nothing second-guesses its reply. ``waited`` is how long (this process's
+    monotonic clock) the claim took to come back, when the caller measured it:
+    a claim that already spent its lease past the margin does not even try.
+    A claim that does not begin ran nothing, so it costs no attempt; the run
+    waits (doubling) and fails only after ``ADMISSION_MISS_MAX`` misses in a row.
+    """
+    claim = claim_of(context)
+    margin = pass_margin(lease)
+    job = context.job
+    if waited is not None and dt.timedelta(seconds=waited) >= lease - margin:
+        reason = (
+            f"the claim came back after {waited:.3f}s, leaving less than the margin "
+            f"({margin.total_seconds():g}s) of its {lease.total_seconds():g}s lease"
+        )
+    else:
+        begun = engine.job_pass_begin(
+            JobPassBeginParams(
+                id=claim.id,
+                attempted_by=None if claim.lease_token else claim.attempted_by,
+                fence=claim.fence,
+                ttl=lease,
+                margin=margin,
+                lease_token=claim.lease_token,
+            )
+        )
+        if begun is not None:
+            context.lease_token = begun.lease.token
+            return dataclasses.replace(claim, lease_token=begun.lease.token)
+        reason = (
+            f"BEGIN refused: by database time the claim no longer held the run, or "
+            f"its {lease.total_seconds():g}s lease had no more than the margin "
+            f"({margin.total_seconds():g}s) left"
+        )
+    missed = engine.job_pass_miss(
+        JobPassMissParams(
+            id=claim.id,
+            attempted_by=None if claim.lease_token else claim.attempted_by,
+            fence=claim.fence,
+            max_misses=int(hopper_settings.ADMISSION_MISS_MAX),
+            reason=reason,
+            lease_token=claim.lease_token,
+        )
+    )
+    if missed is None:
+        raise AttemptSettled(JobState.RUNNING, f"job {job.id}: the claim lost the run")
+    logger.warning(
+        "resumable run %s (%s) did not begin its pass: %s; admission miss %d of %d%s",
+        job.id,
+        job.kind,
+        reason,
+        missed.misses,
+        int(hopper_settings.ADMISSION_MISS_MAX),
+        ", the run fails" if missed.failed else "",
+    )
+    state = JobState.DISCARDED if missed.failed else JobState.SCHEDULED
+    raise AttemptSettled(state, reason)
 
 
 def run_pass(
@@ -337,19 +470,25 @@ def run_pass(
     args: Any,
     kwargs: Any,
     engine: BaseEngine | None = None,
+    lease: dt.timedelta | None = None,
+    waited: float | None = None,
 ) -> dict[str, Any]:
     """Run one pass and commit what it returned; the rule every runner uses.
 
+    The pass first BEGINs under a pass lease of ``lease`` (:func:`begin_pass`;
+    a claim that does not begin raises AttemptSettled, its miss recorded).
     Returns the run's output when the pass finished it; raises JobSnooze (the
     next pass, at once) after a commit that is not the last; lets a failure
     propagate with nothing committed.
     """
 
-    run = Run(context, engine or get_engine(), claim_of(context))
+    engine = engine or get_engine()
+    run = Run(context, engine, claim_of(context))
     if run.finished:
         # The finishing pass committed but its worker died before the job
         # completed: complete it now with what that pass stored.
         return run_output(run.cursor, run.counters)
+    run._claim = begin_pass(engine, context, lease or DEFAULT_LEASE, waited)
     outcome = pass_fn(run, *args, **kwargs)
     if outcome is None:
         outcome = Pass()
@@ -365,18 +504,37 @@ def run_pass(
 
 
 class _PassRunner:
-    """The job function the worker calls (with its context): one pass of the run."""
+    """The job function the worker calls (with its context): one pass of the run,
+    under a pass lease of ``lease``."""
 
-    def __init__(self, pass_fn: Callable[..., Pass | None]) -> None:
+    def __init__(self, pass_fn: Callable[..., Pass | None], lease: dt.timedelta) -> None:
         functools.update_wrapper(self, pass_fn)
         self.pass_fn = pass_fn
+        self.lease = lease
 
     def __call__(self, context: JobContext, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        return run_pass(self.pass_fn, context, args, kwargs)
+        return run_pass(self.pass_fn, context, args, kwargs, lease=self.lease)
 
 
-#: The job lease of a pass driven by ID when ``@resumable`` names none.
+#: The pass lease of a run whose ``@resumable`` names none.
 DEFAULT_LEASE = dt.timedelta(minutes=5)
+#: The most expired pass leases one takeover ends.
+TAKEOVER_LIMIT = 100
+
+
+def take_over(engine: BaseEngine, kinds: tuple[str, ...], queue: str | None = None) -> list[Any]:
+    """End the expired pass leases of ``kinds`` (in ``queue``), so a claim can take
+    their runs over: the rule every claiming runner applies first."""
+    if not kinds:
+        return []
+    return engine.job_pass_takeover_many(
+        JobPassTakeoverParams(
+            kinds=kinds,
+            limit=TAKEOVER_LIMIT,
+            max_misses=int(hopper_settings.ADMISSION_MISS_MAX),
+            queue=queue,
+        )
+    )
 
 
 class ResumableJob(JobFunction[P, T], Generic[P, T]):
@@ -391,7 +549,7 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
 
     @property
     def lease(self) -> dt.timedelta:
-        """Return the job lease a pass driven by ID holds (seed 004's per-pass lease)."""
+        """Return the pass lease every pass of this job holds, by a worker or a drive."""
         return self.__dict__.get("lease") or DEFAULT_LEASE
 
     def _copy(self, changes: dict[str, Any], options: EnqueueOptions) -> JobFunction[P, T]:
@@ -404,11 +562,12 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
         """Return the pass function as written (``func`` is its runner)."""
         return self.func.pass_fn  # type: ignore[attr-defined,no-any-return]
 
-    def start(self, *args: Any, instance: str, **kwargs: Any) -> JobHandle:
+    def start(self, *args: Any, instance: str = DEFAULT_INSTANCE, **kwargs: Any) -> JobHandle:
         """Start the run of ``instance``, or join the live one (``handle.duplicate``).
 
         The run's unique key is ``"<kind>:<instance>"``: a live run holds it,
-        a finished one does not, so a new run can follow a finished one.
+        a finished one does not, so a new run can follow a finished one. A job
+        with one walk at a time needs no instance: it is ``"default"``.
         """
         if not isinstance(instance, str) or not instance:
             raise InvalidJob(
@@ -417,48 +576,61 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
         return self.using(unique_key=f"{self.kind}:{instance}").enqueue(*args, **kwargs)
 
     def drive(self, job_id: JobID | str) -> str:
-        """Run one pass of the run ``job_id`` in this process, under a job lease.
+        """Run one pass of the run ``job_id`` in this process, under its pass lease.
 
         For a run driven without a worker (a cron, a command, a request): the
         pass claims the waiting run by ID (``job_claim_by_id``) with a lease of
-        ``lease``, every step boundary renews it, and every write, the result
-        included, is fenced to it; if this process dies, the leader's lease
-        expirer ends the attempt once the lease expires, so the next pass (by
-        a worker or another drive) takes over. The pass ends as on a worker:
-        its ``run.context.log(...)`` lines are kept with the attempt, and a
-        run in a batch or workflow settles it. Returns ``"next"`` (committed,
-        another pass is due), ``"done"`` or ``"failed"`` (the pass raised: it
-        is retried with backoff, or discarded when out of attempts). Raises
-        what the claim by ID raises for a run that is not waiting (running
-        elsewhere, finished, paused).
+        ``lease``, BEGINs (the commitment point), every step boundary renews
+        the lease, and every write, the result included, is fenced to it. A run
+        whose pass lease expired (its holder hung or died) is taken over first.
+        If this process dies, the next claim once the lease has expired (a
+        worker's, another drive's) takes the run over. The pass ends as on a
+        worker: its ``run.context.log(...)`` lines are kept with the attempt,
+        and a run in a batch or workflow settles it. Returns ``"next"``
+        (committed, another pass is due), ``"done"``, ``"failed"`` (the pass
+        raised: it is retried with backoff, or the run fails when out of
+        attempts) or ``"missed"`` (the claim did not BEGIN: no attempt is
+        charged, the run waits; see docs/resumable.md). Raises what the claim by
+        ID raises for a run that is not waiting (running elsewhere, finished,
+        paused).
         """
 
         job_id = parse_job_id(job_id)
         engine = get_engine()
-        ledger = engine
         current = engine.job_get(job_id)
         if current is None:
             raise NotFound(f"no job {job_id}")
-        leased = ledger.job_claim_by_id(
+        if current.state == JobState.RUNNING and current.lease_expires_at is not None:
+            take_over(engine, (self.kind,), current.queue)
+            current = engine.job_get(job_id) or current
+        sent = time.monotonic()
+        leased = engine.job_claim_by_id(
             JobClaimByIDParams(id=job_id, fence=current.fence, ttl=self.lease)
         )
+        waited = time.monotonic() - sent
         job = leased.job
         context = JobContext(job, engine)
-        context.lease_token = leased.lease.token  # type: ignore[attr-defined]
+        context.lease_token = leased.lease.token
         args, kwargs = _call_args(job)
         try:
-            output = run_pass(self.pass_func, context, args, kwargs, engine)
+            output = run_pass(self.pass_func, context, args, kwargs, engine, self.lease, waited)
+        except AttemptSettled:
+            return "missed"
         except JobSnooze as snooze:
             result, outcome = snoozed(job, snooze, context.log_text()), "next"
         except JobFenced:
             raise
+        except JobDiscard as exc:
+            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            trace = traceback.format_exc()
+            result, outcome = discarded(job, error, trace, context.log_text()), "failed"
         except Exception as exc:
             error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             trace = traceback.format_exc()
             result, outcome = failed(job, error, trace, context.log_text()), "failed"
         else:
             result, outcome = completed(job, output, context.log_text(), fn=self), "done"
-        result = dataclasses.replace(result, attempted_by=None, lease_token=leased.lease.token)
+        result = dataclasses.replace(result, attempted_by=None, lease_token=context.lease_token)
         params = JobFinalizeParams(
             jobs=[result],
             no_batches=job.batch_id is None,
@@ -470,6 +642,126 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
         if job.batch_id is not None:
             settle_finished(engine, [job])
         return outcome
+
+
+@dataclasses.dataclass(slots=True)
+class DriveReport:
+    """What one bounded drive (:func:`drive_due`) did."""
+
+    #: Passes that began and ran (each claim that BEGAN).
+    driven: int = 0
+    #: Runs that finished this drive.
+    finished: int = 0
+    #: Claims that did not BEGIN: admission misses, no attempt charged.
+    missed: int = 0
+    #: Passes that failed (the run retries with backoff, or fails out of attempts).
+    failed: int = 0
+    #: Expired pass leases taken over before driving.
+    taken_over: int = 0
+    #: Due runs another worker or drive claimed first, or that stopped being due.
+    skipped: int = 0
+    #: Why the drive stopped: "done" (nothing more was due), "limit" or "deadline".
+    stopped: str = "done"
+    #: (run ID, error) of each pass that failed or could not be driven.
+    errors: list[tuple[JobID, str]] = dataclasses.field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the report as JSON-ready data (for cron logs and the command)."""
+        data = dataclasses.asdict(self)
+        data["errors"] = [{"run": str(i), "error": e} for i, e in self.errors]
+        return data
+
+
+#: The most waiting runs one drive reads to choose its due ones.
+DRIVE_SCAN_MAX = 1000
+
+
+def drive_due(
+    *,
+    limit: int = 100,
+    deadline: float | dt.timedelta | None = None,
+    kinds: tuple[str, ...] | None = None,
+    queue: str | None = None,
+) -> DriveReport:
+    """Drive up to ``limit`` due passes of resumable runs in this process, and stop
+    at ``deadline`` (seconds from now, by this process's monotonic clock).
+
+    For a cron job or a deploy without workers for these queues: expired pass
+    leases are taken over first, then one snapshot of the waiting runs of
+    ``kinds`` (every registered ``@resumable`` kind by default) is read and the
+    due ones are driven in the order they became due (``scheduled_at``, then
+    ID), one pass each, each with :meth:`ResumableJob.drive`. A run another
+    process claims first is skipped. No pass starts after the deadline (one that
+    started runs to its end: give the deadline a pass's length of slack). One
+    run's failure never stops the drive: it is counted and reported.
+    """
+    limit = _positive_int(limit, "limit")
+    budget = None if deadline is None else validation.positive_duration(deadline, "deadline")
+    if queue is not None:
+        validation.queue_name(queue)
+    engine = get_engine()
+    chosen = jobs_registry.resumable() if kinds is None else tuple(kinds)
+    report = DriveReport()
+    if not chosen:
+        return report
+    started = time.monotonic()
+    report.taken_over = len(take_over(engine, chosen, queue))
+    now = engine.now()
+    waiting = engine.job_list(
+        JobListParams(
+            queue=queue,
+            kinds=chosen,
+            states=(JobState.AVAILABLE, JobState.SCHEDULED, JobState.RETRYABLE),
+            limit=DRIVE_SCAN_MAX,
+        )
+    )
+    due = sorted(
+        (
+            j
+            for j in waiting
+            if j.state == JobState.AVAILABLE
+            or (j.scheduled_at is not None and j.scheduled_at <= now)
+        ),
+        key=lambda j: (j.scheduled_at or now, j.id),
+    )
+    for job in due:
+        if report.driven + report.missed >= limit:
+            report.stopped = "limit"
+            break
+        if budget is not None and time.monotonic() - started >= budget.total_seconds():
+            report.stopped = "deadline"
+            break
+        fn = jobs_registry.registry.get(job.kind)
+        if not isinstance(fn, ResumableJob):
+            report.skipped += 1
+            continue
+        try:
+            outcome = fn.drive(job.id)
+        except (JobFenced, JobRunning, JobNotClaimable, NotFound):
+            report.skipped += 1
+            continue
+        except Exception as exc:
+            report.errors.append((job.id, f"{type(exc).__name__}: {exc}"))
+            report.failed += 1
+            continue
+        if outcome == "missed":
+            report.missed += 1
+            continue
+        report.driven += 1
+        if outcome == "done":
+            report.finished += 1
+        elif outcome == "failed":
+            report.failed += 1
+            after = engine.job_get(job.id)
+            if after is not None and after.errors:
+                report.errors.append((job.id, after.errors[-1].error))
+    return report
+
+
+def _positive_int(value: Any, field: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidJob(f"{field} must be a positive integer, not {value!r}", field=field)
+    return value
 
 
 def resumable(
@@ -485,17 +777,19 @@ def resumable(
 ) -> Any:
     """Declare a resumable job whose function is a pass: ``fn(run, *args, **kwargs)``.
 
-    ``lease`` is the job lease's TTL (default 5 minutes) of a pass driven by ID
-    (:meth:`ResumableJob.drive`): every write of the pass is fenced to that
-    lease, and each step boundary renews it. A worker's claim is held by its
-    client lease instead. ``max_attempts`` bounds consecutive failed passes.
+    ``lease`` is the pass lease (seconds or a timedelta; default 5 minutes, at
+    least :data:`~django_hopper.validation.PASS_LEASE_MIN`) every pass holds, on
+    a worker or driven by ID: it must outlast the longest stretch a pass spends
+    between two steps, since each step boundary renews it and a pass that
+    stops renewing is taken over once it expires. ``max_attempts`` bounds
+    consecutive failed passes.
     """
 
     if queue is not None:
         validation.queue_name(queue)
     if max_attempts is not None:
         validation.max_attempts(max_attempts)
-    lease_td = None if lease is None else validation.positive_duration(lease, "lease")
+    lease_td = None if lease is None else validation.pass_lease(lease, "lease")
     timeout_s = jobs._check_timeout(timeout)
     validation.priority(priority)
 
@@ -504,7 +798,7 @@ def resumable(
             raise InvalidJob(f"{f.kind} is already a job", field="func")
         name = kind if kind is not None else jobs._importable_kind(f)
         rj: ResumableJob[..., Any] = ResumableJob(
-            _PassRunner(f),
+            _PassRunner(f, lease_td or DEFAULT_LEASE),
             lease=lease_td,
             kind=name,
             queue=queue,
@@ -515,6 +809,7 @@ def resumable(
             archive=None,
         )
         jobs.register(rj)
+        jobs_registry.register_resumable(rj.kind)
         return rj
 
     if func is not None:

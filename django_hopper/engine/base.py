@@ -604,15 +604,17 @@ class BaseEngine(ABC):
         return JobPassMissed(misses=misses, failed=result.state != JobState.SCHEDULED)
 
     def job_pass_takeover_many(self, params: JobPassTakeoverParams) -> list[JobPassTaken]:
-        """End up to ``limit`` expired pass leases of ``kinds`` (by database time, no
-        grace), so that the claim that follows can take their runs over.
+        """End up to ``limit`` expired pass leases (by database time, no grace), and
+        those held by a worker whose own client lease expired, so that the claim
+        that follows can take their runs over. A begun pass lease is one whatever
+        its kind; a lease that never began is one only for ``kinds``.
 
         A pass that had begun is charged as a failed attempt; a claim that never
         began is an admission miss (:func:`rules.pass_takeover_result`). Rows
         another transaction holds are skipped. One transaction.
         """
         checks.pass_takeover(params)
-        if not params.kinds or params.limit == 0:
+        if params.limit == 0:
             return []
         with transaction.atomic(using=self.alias, savepoint=False):
             expired = self._job_pass_expired(params)

@@ -860,13 +860,15 @@ class JobPassMissed:
 
 @dataclass(slots=True, frozen=True)
 class JobPassTakeoverParams:
-    """Take over the pass leases of ``kinds`` that expired by database time.
+    """Take over the pass leases of ``kinds`` that expired by database time, or
+    whose holding worker's client lease did.
 
     A pass that had begun is charged as a failed attempt (its holder stopped
     reporting); a claim that never began is an admission miss, not charged.
     """
 
-    #: The resumable job kinds whose pass leases are taken over (none: nothing).
+    #: The resumable job kinds whose leases that never began are pass leases too
+    #: (a begun pass lease is taken over whatever its kind).
     kinds: tuple[str, ...]
     limit: int
     #: Consecutive admission misses at which a never-begun run fails.

@@ -267,9 +267,11 @@ def step_from_row(
 
 # -- pass leases of resumable runs ---------------------------------------------
 
-#: The error of a begun pass whose lease expired and that a later claim took over.
+#: The error of a begun pass that a later claim took over: its lease expired, or
+#: the worker holding it stopped renewing its own lease (its process is gone).
 PASS_LEASE_EXPIRED_ERROR = (
-    "interrupted: the pass holding this run stopped reporting, and its lease expired"
+    "interrupted: the pass holding this run stopped reporting (its lease expired, "
+    "or its worker's did)"
 )
 #: The start of the error of a run failed for missing its admission too many times.
 LEASE_TOO_SHORT_ERROR = "lease too short for this environment"

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from django_hopper import signals
+from django_hopper import registry, signals
 from django_hopper.conf import hopper_settings
 from django_hopper.engine.params import (
     BatchSettleParams,
@@ -20,6 +20,8 @@ from django_hopper.engine.params import (
     JobExpireLeasesParams,
     JobFinalize,
     JobFinalizeParams,
+    JobPassMissParams,
+    JobPassTakeoverParams,
     JobRescueParams,
     JobScheduleParams,
     StreamPruneParams,
@@ -91,6 +93,11 @@ class Rescuer(Service):
         )
         if not candidates:
             return 0
+        kinds = set(registry.resumable())
+        missed = sum(self.miss(c) for c in candidates if c.job.kind in kinds)
+        candidates = [c for c in candidates if c.job.kind not in kinds]
+        if not candidates:
+            return missed
         finals = [self.outcome(c) for c in candidates]
         applied = self.engine.job_finalize_many(
             JobFinalizeParams(
@@ -127,7 +134,37 @@ class Rescuer(Service):
                     f.error.rescue if f.error else "",
                     f.state,
                 )
-        return len(done)
+        return len(done) + missed
+
+    def miss(self, candidate: RescueCandidate) -> int:
+        """End a resumable pass's claim that never began: an admission miss, no attempt.
+
+        A resumable pass BEGINs by turning its worker's claim into a pass lease,
+        which the rescue never touches; a candidate of a resumable kind is
+        therefore still a client's claim whose handler never started (its
+        worker died, hung or was stopped before BEGIN). Returns 1 if it ended.
+        """
+        job = candidate.job
+        what = "was stuck" if candidate.stuck else f"(client {job.attempted_by}) stopped renewing"
+        missed = self.engine.job_pass_miss(
+            JobPassMissParams(
+                id=job.id,
+                attempted_by=job.attempted_by,
+                fence=job.fence,
+                max_misses=int(hopper_settings.ADMISSION_MISS_MAX),
+                reason=f"the worker {what} before the pass began",
+            )
+        )
+        if missed is None:
+            return 0
+        logger.warning(
+            "rescued run %s (%s) before its pass began: admission miss %d%s",
+            job.id,
+            job.kind,
+            missed.misses,
+            ", the run fails" if missed.failed else "",
+        )
+        return 1
 
 
 def _ended_row(job: JobRow, final: JobFinalize, now: dt.datetime | None) -> JobRow:
@@ -190,10 +227,22 @@ class LeaseExpirer(Service):
         grace = dt.timedelta(
             seconds=max(float(hopper_settings.CLIENT_TTL), float(hopper_settings.LEADER_TTL))
         )
+        # Pass leases end at their expiry, no grace: a pass that had begun is
+        # charged, a claim that never began is an admission miss.
+        taken = len(
+            self.engine.job_pass_takeover_many(
+                JobPassTakeoverParams(
+                    kinds=registry.resumable(),
+                    limit=1000,
+                    max_misses=int(hopper_settings.ADMISSION_MISS_MAX),
+                    now=now,
+                )
+            )
+        )
         params = JobExpireLeasesParams(limit=1000, client_id=client_id, grace=grace, now=now)
         rows = self.engine.job_expire_leases(params)
         announce_endings(rows)
-        return len(rows)
+        return taken + len(rows)
 
 
 class ExpiredJobDiscarder(Service):

@@ -27,6 +27,7 @@ Outcomes (one function each, so the rules live in one place):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -43,7 +44,7 @@ from django.db import close_old_connections, connections
 
 from django_hopper import signals, validation
 from django_hopper.conf import hopper_settings
-from django_hopper.context import JobContext, JobSnooze
+from django_hopper.context import AttemptSettled, JobContext, JobDiscard, JobSnooze
 from django_hopper.engine.params import JobFinalize
 from django_hopper.exceptions import InvalidJob, JobCanceled, JobFenced
 from django_hopper.retry import backoff
@@ -112,6 +113,26 @@ def failed(
         fence=job.fence,
         state=JobState.RETRYABLE,
         delay=backoff(job.attempt),
+        error=err,
+        log=log,
+    )
+
+
+def discarded(job: JobRow, error: str, trace: str = "", log: str | None = None) -> JobFinalize:
+    """Return the result of an attempt that raised JobDiscard: discarded now."""
+    err = AttemptError(
+        at=None,
+        attempt=job.attempt,
+        error=error,
+        fence=job.fence,
+        trace=trace,
+        by=job.attempted_by,
+    )
+    return JobFinalize(
+        id=job.id,
+        attempted_by=job.attempted_by,
+        fence=job.fence,
+        state=JobState.DISCARDED,
         error=err,
         log=log,
     )
@@ -230,6 +251,18 @@ def _call_args(job: JobRow) -> tuple[list[Any], dict[str, Any]]:
     return list(stored.get("args") or []), dict(stored.get("kwargs") or {})
 
 
+def fenced_to_claim(context: JobContext, result: JobFinalize) -> JobFinalize:
+    """Return ``result`` fenced to the job lease that owns the attempt, if one does.
+
+    A resumable pass that BEGAN holds a pass lease: from then on its writes,
+    its result included, are fenced to that lease rather than to the client.
+    """
+    token = context.lease_token
+    if token is None or result.lease_token is not None:
+        return result
+    return dataclasses.replace(result, attempted_by=None, lease_token=token)
+
+
 # ---------------------------------------------------------------------------
 # Signals (sent robustly: a receiver's bug must not break the worker)
 
@@ -295,6 +328,8 @@ class Execution:
     owner: Any = None
     #: What the attempt raised, if anything (for ``job_finished``).
     exception: BaseException | None = None
+    #: The state an attempt that ended itself (AttemptSettled) left its job in.
+    settled_state: str = ""
     _log: JobLogger | None = field(default=None, init=False, repr=False)
     _done: threading.Event | None = field(default=None, init=False, repr=False)
 
@@ -477,29 +512,31 @@ class Executor:
             if task is not None:
                 self._loop.call_soon_threadsafe(task.cancel)
 
-    def _finish(self, ex: Execution, result: JobFinalize) -> None:
+    def _finish(self, ex: Execution, result: JobFinalize | None) -> None:
         """Decide the attempt's result (unless its timeout did first) and hand it on.
 
         ``job_finished`` is sent for the result that counts: a late result of
         an attempt that timed out is dropped, and its ending was announced
-        by the worker when the timeout decided it.
+        by the worker when the timeout decided it. ``result`` is None for an
+        attempt that ended itself (:class:`AttemptSettled`): nothing to write.
+        A result is fenced to the job lease that owns the attempt, if one does.
         """
         ex.mark_returned()
+        state = result.state if result is not None else ex.settled_state
         if ex.settle():
             if signals.job_finished.receivers:
                 send_signal(
                     "job_finished",
                     ex.fn,
                     job=ex.job,
-                    state=result.state,
+                    state=state,
                     error=ex.exception,
-                    output=result.output if result.state == JobState.COMPLETED else None,
+                    output=result.output if result and result.state == JobState.COMPLETED else None,
                 )
-            decided: JobFinalize | None = result
+            decided = None if result is None else fenced_to_claim(ex.context, result)
         else:
             ex.log.warning(
-                "late result %s dropped: the attempt was already finalized (timed out)",
-                result.state,
+                "late result %s dropped: the attempt was already finalized (timed out)", state
             )
             decided = None
         try:
@@ -515,7 +552,7 @@ class Executor:
             _close_old_connections()
         self._finish(ex, result)
 
-    def _call_sync(self, ex: Execution) -> JobFinalize:
+    def _call_sync(self, ex: Execution) -> JobFinalize | None:
         job, ctx = ex.job, ex.context
         args, kwargs = _call_args(job)
         try:
@@ -539,7 +576,7 @@ class Executor:
         else:
             self._finish(ex, result)
 
-    async def _call_async(self, ex: Execution) -> JobFinalize:
+    async def _call_async(self, ex: Execution) -> JobFinalize | None:
         job, ctx = ex.job, ex.context
         args, kwargs = _call_args(job)
         timeout_cm = asyncio.timeout(ex.timeout)
@@ -567,9 +604,15 @@ class Executor:
         return _output_outcome(ex, output)
 
 
-def _error_outcome(ex: Execution, exc: BaseException) -> JobFinalize:
-    """Turn what an attempt raised into its result: the one rule for sync and async jobs."""
+def _error_outcome(ex: Execution, exc: BaseException) -> JobFinalize | None:
+    """Turn what an attempt raised into its result: the one rule for sync and async jobs.
+
+    None: the attempt ended itself (:class:`AttemptSettled`), and writes no result.
+    """
     job, ctx = ex.job, ex.context
+    if isinstance(exc, AttemptSettled):
+        ex.settled_state = exc.state
+        return None
     if isinstance(exc, JobSnooze):
         return snoozed(job, exc, ctx.log_text())
     ex.exception = exc
@@ -580,6 +623,8 @@ def _error_outcome(ex: Execution, exc: BaseException) -> JobFinalize:
     if ctx.cancelled:
         return canceled(job, ctx.log_text())
     message, trace = _format(exc)
+    if isinstance(exc, JobDiscard):
+        return discarded(job, message, trace, ctx.log_text())
     if ex.log.isEnabledFor(logging.DEBUG):
         ex.log.debug("attempt failed: %s", message)
     return failed(job, message, trace, ctx.log_text())

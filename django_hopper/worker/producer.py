@@ -9,7 +9,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from django_hopper.engine.params import JobClaimParams
+from django_hopper import registry
+from django_hopper.conf import hopper_settings
+from django_hopper.engine.params import JobClaimParams, JobPassTakeoverParams
 from django_hopper.worker.db import (
     Backoff,
     ConnectionWatch,
@@ -72,6 +74,8 @@ class Producer:
         #: Jobs claimed in all, and by the latest claim (read by the metrics).
         self.claimed = 0
         self.last_batch = 0
+        #: Monotonic time before which no takeover of expired pass leases is tried.
+        self.next_takeover = 0.0
         self.thread: threading.Thread | None = None
 
     def free(self) -> int:
@@ -116,6 +120,7 @@ class Producer:
         if free <= 0 or client_id is None:
             return 0
         self.last_claim = time.monotonic()
+        self.take_over(self.last_claim)
         result = self.engine.job_claim(
             JobClaimParams(
                 queue=self.queue,
@@ -136,6 +141,39 @@ class Producer:
             for job in result.jobs:
                 self.start_job(job, self)
         return len(result.jobs)
+
+    def take_over(self, now: float) -> int:
+        """End the queue's expired pass leases, so this claim can take their runs over.
+
+        A resumable pass that hung or whose process died stops renewing its
+        lease; once it expires the next claim of its queue takes the run over
+        (a pass that had begun is charged an attempt, a claim that never began
+        is an admission miss), without waiting for the leader's sweep. Tried
+        at most once per poll interval: one probe of the few leased jobs
+        (index ``hopper_job_lease``), whatever the claim rate.
+        """
+        if now < self.next_takeover:
+            return 0
+        self.next_takeover = now + self.poll_interval
+        kinds = registry.resumable()
+        taken = self.engine.job_pass_takeover_many(
+            JobPassTakeoverParams(
+                kinds=kinds,
+                limit=100,
+                max_misses=int(hopper_settings.ADMISSION_MISS_MAX),
+                queue=self.queue,
+            )
+        )
+        for t in taken:
+            logger.warning(
+                "took over run %s of queue %s: its pass lease expired (%s)",
+                t.id,
+                self.queue,
+                "the pass had begun: one attempt charged"
+                if t.began
+                else f"the claim never began: admission miss {t.misses}",
+            )
+        return len(taken)
 
     def debounce(self) -> None:
         """Hold a wake-up that follows the previous claim closely; call before a claim.

@@ -322,7 +322,7 @@ class Worker:
                     error=TimeoutError(f"timed out after {ex.timeout:g}s"),
                     output=None,
                 )
-                self.completer.add(ex.job, result)
+                self.completer.add(ex.job, execution.fenced_to_claim(ex.context, result))
 
     def running(self) -> int:
         """Return how many attempts are still executing."""

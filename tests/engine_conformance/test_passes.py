@@ -232,7 +232,7 @@ def test_pass_takeover__of_a_claim_that_never_began_costs_no_attempt(
     assert engine.job_pass_get(lease.job.id).admission_misses == 1  # type: ignore[union-attr]
 
 
-def test_pass_takeover__leaves_other_kinds_other_queues_and_live_leases_alone(
+def test_pass_takeover__leaves_ordinary_leases_other_queues_and_live_leases_alone(
     engine: BaseEngine, db_now: dt.datetime
 ) -> None:
     mine = claimed(engine, db_now)
@@ -241,8 +241,8 @@ def test_pass_takeover__leaves_other_kinds_other_queues_and_live_leases_alone(
     engine.job_claim_by_id(JobClaimByIDParams(id=other.id, fence=0, ttl=TTL, now=db_now))
 
     assert takeover(engine, db_now + TTL, queue="elsewhere") == []
-    assert takeover(engine, db_now + TTL, kinds=()) == []
-    assert [t.id for t in takeover(engine, db_now + TTL, queue=mine.queue)] == [mine.id]
+    # A begun pass lease is taken over whatever its kind; an ordinary job lease is not.
+    assert [t.id for t in takeover(engine, db_now + TTL, kinds=())] == [mine.id]
     assert get(engine, other).state == JobState.RUNNING
 
 
@@ -297,3 +297,16 @@ def test_pass_miss__refuses_a_missing_bound_or_reason(
         miss(engine, job, db_now, reason="")
     assert info.value.field == "reason"
     assert get(engine, job).state == JobState.RUNNING
+
+
+def test_pass_takeover__ends_a_pass_whose_worker_stopped_renewing_its_own_lease(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    client = register(engine, db_now, ttl=10 * SECOND)
+    job = running(engine, client, db_now, kind=KIND)
+    assert begin(engine, job, db_now) is not None
+
+    assert takeover(engine, db_now + 9 * SECOND) == []  # worker and lease both alive
+    (taken,) = takeover(engine, db_now + 10 * SECOND)  # the worker's lease expired
+
+    assert (taken.id, taken.began, taken.state) == (job.id, True, JobState.RETRYABLE)

@@ -10,7 +10,12 @@ import pytest
 
 from django_hopper.context import JobContext, JobSnooze
 from django_hopper.engine.base import BaseEngine
-from django_hopper.engine.params import ClientRegisterParams, JobClaimParams, JobFinalizeParams
+from django_hopper.engine.params import (
+    ClientRegisterParams,
+    JobClaimParams,
+    JobFinalizeParams,
+    JobPassTakeoverParams,
+)
 from django_hopper.exceptions import InvalidJob
 from django_hopper.jobs import resolve
 from django_hopper.models import Job
@@ -23,7 +28,7 @@ from django_hopper.runs import (
     resumable,
 )
 from django_hopper.types import Progress
-from django_hopper.worker.execution import _call_args, completed, failed, snoozed
+from django_hopper.worker.execution import _call_args, completed, failed, fenced_to_claim, snoozed
 
 CALLS: list[str] = []
 HOUR = dt.timedelta(hours=1)
@@ -95,6 +100,7 @@ def one_pass(engine: BaseEngine, client_id: int, now: dt.datetime | None = None)
         result, outcome = failed(job, str(exc)), "failed"
     else:
         result, outcome = completed(job, output, fn=fn), "done"
+    result = fenced_to_claim(ctx, result)  # a pass that BEGAN holds a pass lease
     (applied,) = engine.job_finalize_many(JobFinalizeParams(jobs=[result], now=now))
     assert applied.id == job.id
     return outcome
@@ -194,16 +200,19 @@ def test_resumable__a_crash_after_the_finishing_commit_repeats_no_step_and_no_co
     assert one_pass(engine, client_id) == "next"
     CALLS.clear()
     # The last pass commits (progress marked done, ledger dropped), then its
-    # worker dies before the completion lands: the rescue ends the attempt.
+    # worker dies before the completion lands: its pass lease expires and the
+    # next claim takes the run over, charging the attempt.
     (job,) = engine.job_claim(JobClaimParams(queue="rs", client_id=client_id, limit=1)).jobs
     args, kwargs = _call_args(job)
     output = resolve(job.kind).func(JobContext(job, engine), *args, **kwargs)
     assert CALLS == ["1:s1", "1:s2", "1:s3"]
-    engine.job_finalize_many(JobFinalizeParams(jobs=[failed(job, "worker died")]))
-    assert handle.refresh().state == "retryable"
+    (taken,) = engine.job_pass_takeover_many(
+        JobPassTakeoverParams(kinds=(walk.kind,), limit=10, max_misses=10, now=engine.now() + HOUR)
+    )
+    assert taken.began and handle.refresh().state == "retryable"
     CALLS.clear()
 
-    assert one_pass(engine, client_id, now=engine.now() + HOUR) == "done"
+    assert one_pass(engine, client_id, now=engine.now() + 2 * HOUR) == "done"
 
     assert CALLS == []  # no step of the finished pass ran again
     done = handle.refresh()

@@ -46,19 +46,27 @@ WHERE j.id = %(id)s::uuid
 RETURNING {job_columns:j}, j.admission_misses
 
 -- name: job_pass_takeover_many
--- The pass leases of %(kinds)s (in %(queue)s, if given) expired by now, locked
--- (SKIP LOCKED: a holder renewing is left alone), oldest expiry first (index
--- hopper_job_lease). A claim that never began counts its miss here; the caller
+-- The pass leases (in %(queue)s, if given) expired by now, or held by a worker
+-- whose own client lease expired (its process is gone, the pass with it), locked
+-- (SKIP LOCKED: a holder renewing is left alone), oldest expiry first. A begun
+-- pass lease is one whatever its kind; a lease that never began is one only for
+-- %(kinds)s (a claim by ID of another kind is an ordinary job lease, which
+-- job_expire_leases governs). Leased jobs are few: the partial index
+-- hopper_job_lease holds exactly them. A claim that never began counts its miss here; the caller
 -- ends each attempt, fenced to its lease, in the same transaction.
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
 due AS (
     SELECT j.id
     FROM hopper_job j CROSS JOIN clock c
-    WHERE j.lease_expires_at <= c.now
+    WHERE j.lease_expires_at IS NOT NULL
       AND j.state = 'running'
       AND j.lease_token IS NOT NULL
-      AND j.kind = ANY (%(kinds)s::text[])
+      AND (j.lease_began_at IS NOT NULL OR j.kind = ANY (%(kinds)s::text[]))
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (j.lease_expires_at <= c.now
+           OR (j.attempted_by IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM hopper_client cl
+                               WHERE cl.id = j.attempted_by AND cl.expires_at > c.now)))
     ORDER BY j.lease_expires_at, j.id
     LIMIT %(limit)s
     FOR UPDATE OF j SKIP LOCKED

@@ -293,7 +293,7 @@ CROSS JOIN hopper_job AS j
 WHERE j.id = r.id
   AND +j.state = 'running'
   AND j.fence = r.fence
-  AND CASE WHEN r.lease IS NULL THEN j.attempted_by = r.client
+  AND CASE WHEN r.lease IS NULL THEN j.lease_token IS NULL AND j.attempted_by = r.client
            ELSE j.lease_token = r.lease END
   AND (r.state IN ('completed', 'canceled', 'discarded') OR j.cancel_requested_at IS NOT NULL)
   AND NOT (r.state = 'completed' AND NOT r.archive);
@@ -311,7 +311,7 @@ WHERE id IN (
     WHERE j.id = r.id
       AND +j.state = 'running'
       AND j.fence = r.fence
-      AND CASE WHEN r.lease IS NULL THEN j.attempted_by = r.client
+      AND CASE WHEN r.lease IS NULL THEN j.lease_token IS NULL AND j.attempted_by = r.client
                ELSE j.lease_token = r.lease END
       AND (r.state IN ('completed', 'canceled', 'discarded')
            OR j.cancel_requested_at IS NOT NULL))
@@ -339,7 +339,7 @@ FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS f
 WHERE hopper_job.id = r.id
   AND +hopper_job.state = 'running'
   AND hopper_job.fence = r.fence
-  AND CASE WHEN r.lease IS NULL THEN hopper_job.attempted_by = r.client
+  AND CASE WHEN r.lease IS NULL THEN hopper_job.lease_token IS NULL AND hopper_job.attempted_by = r.client
            ELSE hopper_job.lease_token = r.lease END
   AND r.state IN ('retryable', 'scheduled')
   AND hopper_job.cancel_requested_at IS NULL
@@ -396,7 +396,7 @@ WHERE id = %(id)s
   AND state = 'running'
   AND fence = %(fence)s
   AND attempt = %(attempt)s
-  AND CASE WHEN %(lease)s IS NULL THEN attempted_by = %(client)s
+  AND CASE WHEN %(lease)s IS NULL THEN lease_token IS NULL AND attempted_by = %(client)s
            ELSE lease_token = %(lease)s END
 RETURNING progress;
 

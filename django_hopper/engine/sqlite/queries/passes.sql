@@ -42,8 +42,9 @@ WHERE id = %(id)s
 RETURNING {job_columns}, admission_misses;
 
 -- name: job_pass_takeover_many
--- The pass leases of %(kinds)s (a JSON array; in %(queue)s, if given) expired
--- by now, oldest expiry first (index hopper_job_lease); a claim that never
+-- The pass leases (in %(queue)s, if given) expired by now, or held by a worker
+-- whose own client lease expired, oldest expiry first: a begun one whatever its
+-- kind, one that never began only of %(kinds)s (a JSON array); a claim that never
 -- began counts its miss here. The single writer holds them until the caller's
 -- finalize, in the same transaction. The begin is returned as stored (SQLite
 -- 3.40 answers `lease_began_at IS NOT NULL` wrongly in a RETURNING clause).
@@ -53,11 +54,15 @@ SET admission_misses = CASE WHEN lease_began_at IS NULL
                             ELSE admission_misses END
 WHERE id IN (
     SELECT d.id FROM hopper_job AS d
-    WHERE d.lease_expires_at <= %(now)s
+    WHERE d.lease_expires_at IS NOT NULL
       AND d.state = 'running'
       AND d.lease_token IS NOT NULL
-      AND d.kind IN (SELECT value FROM json_each(%(kinds)s))
+      AND (d.lease_began_at IS NOT NULL OR d.kind IN (SELECT value FROM json_each(%(kinds)s)))
       AND (%(queue)s IS NULL OR d.queue = %(queue)s)
+      AND (d.lease_expires_at <= %(now)s
+           OR (d.attempted_by IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM hopper_client AS cl
+                               WHERE cl.id = d.attempted_by AND cl.expires_at > %(now)s)))
     ORDER BY d.lease_expires_at, d.id
     LIMIT %(limit)s)
 RETURNING {job_columns}, lease_began_at, coalesce(admission_misses, 0);
