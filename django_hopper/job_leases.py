@@ -269,13 +269,24 @@ class JobLease:
         transaction.on_commit(lambda: self._ended(state), using=self._engine.alias)
 
     def _ended(self, state: str) -> None:
-        """Once an outcome commits: remember it, settle batches, announce a final state."""
+        """Once an outcome commits: remember it, settle batches, announce a final state.
+
+        No worker announces a leased attempt, so ``jobs_ended`` does (the Django
+        Tasks backend turns it into ``task_finished``). The outcome is already
+        committed: a failure here is logged, never raised to the holder.
+        """
         self.outcome = state
         settle_finished(self._engine, [self.job])
-        if state in FINAL_STATES and signals.jobs_ended.receivers:
+        if state not in FINAL_STATES or not signals.jobs_ended.receivers:
+            return
+        try:
             row = self._engine.job_get(self.id)
-            if row is not None:
-                signals.send_logged(signals.jobs_ended, jobs=[row])
+        except HopperError:
+            logger.warning("reading job %s to announce its end failed", self.id, exc_info=True)
+            return
+        # A completion that keeps no history row is announced as claimed, with its state.
+        ended = row if row is not None else dataclasses.replace(self.job, state=state)
+        signals.send_logged(signals.jobs_ended, jobs=[ended])
 
 
 def _wait_flags(nowait: Any, skip_locked: Any) -> None:

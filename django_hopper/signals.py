@@ -112,13 +112,16 @@ job_finished = Signal()
 
 #: Sent when hopper ends jobs outside any attempt: the rescue of a dead or
 #: stuck worker's attempt when it ends the job (no attempt left, or a cancel
-#: was requested), TTL expiry, job-lease expiry, and the cancel of a waiting
-#: job (once the cancel commits). Sent in the process that ended them (the
-#: leader's, for the services), never for a job an attempt announces.
+#: was requested), TTL expiry, job-lease expiry, the cancel of a waiting
+#: job (once the cancel commits), and the final outcome a job lease holder
+#: reported (``lease_job``, ``claim_job``: once it commits). Sent in the
+#: process that ended them (the leader's, for the services), never for a job
+#: a worker's attempt announces.
 #:
 #: * ``sender``: None.
 #: * ``jobs``: list of ``JobRow``, as ended (``canceled`` or ``discarded``,
-#:   their errors recorded).
+#:   their errors recorded; ``completed`` with its output for a lease holder's
+#:   completion).
 jobs_ended = Signal()
 
 #: Sent by the rescue (in the leader's process) for the attempts it ended

@@ -16,6 +16,7 @@ import pytest
 from django.db import connection, transaction
 
 import django_hopper as hopper
+from django_hopper import signals
 from django_hopper.conf import hopper_settings
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import ClientRegisterParams, JobClaimParams
@@ -400,3 +401,52 @@ def test_lease__record_progress_takes_a_step_or_keep_step_never_both_nor_neither
     with row_held(job), pytest.raises(JobLocked):
         lease.record_progress(cursor=2, keep_step=True, no_wait=True)
     assert get(tx_engine, job).progress == stored
+
+
+# -- announcements and the read-then-claim race -----------------------------------
+
+
+def test_lease__a_final_outcome_is_announced_once_it_commits_never_on_rollback(
+    tx_engine: BaseEngine,
+) -> None:
+    ended: list[JobRow] = []
+
+    def receiver(sender: Any, jobs: list[JobRow], **kwargs: Any) -> None:
+        ended.extend(jobs)
+
+    kept, rolled_back = enqueue(), enqueue()
+    signals.jobs_ended.connect(receiver)
+    try:
+        with pytest.raises(Rollback), transaction.atomic():
+            with hopper.lease_job(rolled_back.id) as lease:
+                lease.complete(1)
+            raise Rollback
+        with transaction.atomic():
+            with hopper.lease_job(kept.id) as lease:
+                lease.complete(2)
+            assert ended == []  # not before the commit
+    finally:
+        signals.jobs_ended.disconnect(receiver)
+
+    assert [(j.id, j.state, j.output) for j in ended] == [(kept.id, "completed", 2)]
+
+
+def test_claim_job__a_job_claimed_and_ended_between_the_read_and_the_claim_is_read_again(
+    tx_engine: BaseEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = enqueue()
+    stale = get(tx_engine, job)
+    with hopper.lease_job(job.id) as lease:  # another party's attempt, between read and claim
+        lease.fail("try again")
+    reads: list[int] = []
+    real_get = type(tx_engine).job_get
+
+    def first_read_stale(self: BaseEngine, id: Any) -> JobRow | None:
+        reads.append(1)
+        return stale if len(reads) == 1 else real_get(self, id)
+
+    monkeypatch.setattr(type(tx_engine), "job_get", first_read_stale)
+
+    lease = hopper.claim_job(job.id)
+
+    assert len(reads) == 2 and lease.fence == 2 and lease.attempt == 2
