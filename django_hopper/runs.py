@@ -682,6 +682,7 @@ def drive_due(
     deadline: float | dt.timedelta | None = None,
     kinds: tuple[str, ...] | None = None,
     queue: str | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> DriveReport:
     """Drive up to ``limit`` due passes of resumable runs in this process, and stop
     at ``deadline`` (seconds from now, by this process's monotonic clock).
@@ -694,6 +695,7 @@ def drive_due(
     process claims first is skipped. No pass starts after the deadline (one that
     started runs to its end: give the deadline a pass's length of slack). One
     run's failure never stops the drive: it is counted and reported.
+    ``monotonic`` is the clock the deadline is measured on.
     """
     limit = _positive_int(limit, "limit")
     budget = None if deadline is None else validation.positive_duration(deadline, "deadline")
@@ -704,7 +706,7 @@ def drive_due(
     report = DriveReport()
     if not chosen:
         return report
-    started = time.monotonic()
+    started = monotonic()
     report.taken_over = len(take_over(engine, chosen, queue))
     now = engine.now()
     waiting = engine.job_list(
@@ -728,7 +730,7 @@ def drive_due(
         if report.driven + report.missed >= limit:
             report.stopped = "limit"
             break
-        if budget is not None and time.monotonic() - started >= budget.total_seconds():
+        if budget is not None and monotonic() - started >= budget.total_seconds():
             report.stopped = "deadline"
             break
         fn = jobs_registry.registry.get(job.kind)

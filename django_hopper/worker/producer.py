@@ -142,7 +142,7 @@ class Producer:
                 self.start_job(job, self)
         return len(result.jobs)
 
-    def take_over(self, now: float) -> int:
+    def take_over(self, now: float, *, db_now: dt.datetime | None = None) -> int:
         """End the queue's expired pass leases, so this claim can take their runs over.
 
         A resumable pass that hung or whose process died stops renewing its
@@ -162,6 +162,7 @@ class Producer:
                 limit=100,
                 max_misses=int(hopper_settings.ADMISSION_MISS_MAX),
                 queue=self.queue,
+                now=db_now,
             )
         )
         for t in taken:
