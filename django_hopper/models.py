@@ -445,12 +445,20 @@ class DependencyResult(models.Model):
 
 
 class PeriodicSlot(models.Model):
-    """The last slot inserted for a periodic job: a slot produces one job at most."""
+    """A periodic job's state: the last slot inserted (a slot produces one job at most),
+    and whether an operator disabled it.
+
+    ``last_slot`` is NULL for a job disabled before its first slot.
+    ``enabled_at`` is when an operator last enabled it: slots before then
+    were skipped while it was disabled and are never caught up.
+    """
 
     name = models.CharField(max_length=255, primary_key=True)
-    last_slot = models.DateTimeField()
+    last_slot = models.DateTimeField(null=True, blank=True)
     job_id = models.UUIDField(null=True, blank=True)
-    inserted_at = models.DateTimeField()
+    inserted_at = models.DateTimeField(null=True, blank=True)
+    disabled_at = models.DateTimeField(null=True, blank=True)
+    enabled_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "hopper_periodic_slot"
@@ -516,6 +524,8 @@ class Subscription(models.Model):
     queue = models.CharField(max_length=128)
     max_attempts = models.IntegerField(default=0)
     metadata = models.JSONField(default=dict, blank=True)
+    # Paused: publishes still make its deliveries, held until it is resumed.
+    paused_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
@@ -571,6 +581,8 @@ class StreamConsumer(models.Model):
     position_xid = models.BigIntegerField(default=0)
     position_seq = models.BigIntegerField(default=0)
     delivered_at = models.DateTimeField(null=True, blank=True)
+    # Paused: no pump delivers its events; its position waits where it is.
+    paused_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 

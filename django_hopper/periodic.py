@@ -29,6 +29,7 @@ older code still inserts what the newest clients declared.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -44,11 +45,21 @@ from django.core.checks import Error, register
 
 from django_hopper import validation
 from django_hopper.conf import hopper_settings
-from django_hopper.engine.params import JobInsertParams, PeriodicRegistration
-from django_hopper.exceptions import InvalidJob
+from django_hopper.engine import get_engine
+from django_hopper.engine.params import (
+    JobInsertParams,
+    PeriodicDisableParams,
+    PeriodicEnableParams,
+    PeriodicRegistration,
+    PeriodicRunNowParams,
+    PeriodicRunNowResult,
+)
+from django_hopper.exceptions import InvalidJob, NotFound
 from django_hopper.jobs import JobFunction, kind_of, registry
+from django_hopper.types import PeriodicSlotRow
 
 if TYPE_CHECKING:
+    from django_hopper.engine.base import BaseEngine
     from django_hopper.engine.params import JobInsertParams, PeriodicRegistration
 
 UTC = dt.UTC
@@ -277,6 +288,20 @@ def job_params(definition: Mapping[str, Any], name: str, slot: dt.datetime) -> J
     )
 
 
+#: The unique key of a periodic job's run now: a second run now while the first
+#: waits or runs returns the first.
+RUN_NOW_KEY = "hopper.periodic.run_now:{name}"
+
+
+def run_now_params(definition: Mapping[str, Any], name: str, at: dt.datetime) -> JobInsertParams:
+    """Return the job of a run now outside the schedule: the slot's job, marked
+    ``run_now`` instead of ``slot``, with the run now's unique key."""
+    job = job_params(definition, name, at)
+    metadata = {k: v for k, v in job.metadata.items() if k != "slot"}
+    metadata["run_now"] = at.astimezone(UTC).isoformat()
+    return dataclasses.replace(job, metadata=metadata, unique_key=RUN_NOW_KEY.format(name=name))
+
+
 def _job_function(kind: str) -> Any:
     """Return the ``@job`` function of a kind if this process has it registered."""
 
@@ -471,6 +496,95 @@ def definitions() -> list[PeriodicDefinition]:
             )
         out[definition.name] = definition
     return [out[name] for name in sorted(out)]
+
+
+# ---------------------------------------------------------------------------
+# Operator controls: run now, disable, enable
+
+
+def _current_definition(engine: BaseEngine, name: str) -> dict[str, Any]:
+    """Return the definition a leader would insert ``name`` from: the newest live
+    client's registration, else this process's declaration. Raises NotFound."""
+    rows = [r for r in engine.periodic_registrations() if r.name == name]
+    if rows:
+        newest = max(rows, key=lambda r: (r.client_started_at, r.client_id))
+        return dict(newest.definition)
+    for definition in definitions():
+        if definition.name == name:
+            return definition.to_json()
+    raise NotFound(
+        f"no periodic job is named {name!r} (none is declared here or registered by a live worker)"
+    )
+
+
+def periodic_states() -> list[PeriodicSlotRow]:
+    """Return every periodic job's recorded state (last slot, disabled), by name."""
+    return get_engine().periodic_list()
+
+
+def run_periodic_now(name: str) -> PeriodicRunNowResult:
+    """Insert a periodic job's run now, never double-firing with the leader's tick.
+
+    If a slot is due now and not yet inserted (the leader is about to, or it
+    was down), the run is that slot's job, and the leader does not insert it
+    again; had the leader just inserted it, its job is returned
+    (``inserted=False``). Otherwise the run is an extra job outside the
+    schedule (metadata ``run_now``), which leaves the next slots as they are;
+    while it waits or runs, another run now returns it. A disabled job can be
+    run now (an extra run; it stays disabled). Raises NotFound for a name no
+    live worker registers and this process does not declare.
+    """
+    engine = get_engine()
+    definition_json = _current_definition(engine, name)
+    definition = PeriodicDefinition.from_json(definition_json)
+    state = next((s for s in engine.periodic_list() if s.name == name), None)
+    now = engine.now()
+    slot = None
+    if state is None or state.disabled_at is None:
+        slot = due_slot(
+            definition.schedule,
+            last_slot=state.settled if state is not None else None,
+            now=now,
+            catch_up=definition.catch_up,
+            grace=definition.grace,
+        )
+    extra = run_now_params(definition_json, name, now)
+    return engine.periodic_run_now(
+        PeriodicRunNowParams(
+            name=name,
+            job=job_params(definition_json, name, slot) if slot is not None else extra,
+            extra=extra,
+            slot=slot,
+        )
+    )
+
+
+def _known(engine: BaseEngine, name: str) -> None:
+    """Refuse a name that is neither registered, declared here, nor recorded (a typo)."""
+    if any(s.name == name for s in engine.periodic_list()):
+        return
+    _current_definition(engine, name)
+
+
+def disable_periodic(name: str) -> PeriodicSlotRow:
+    """Stop inserting a periodic job's slots until :func:`enable_periodic`.
+
+    Stored in the database, so it holds across deploys and on every leader,
+    whatever the code declares. A job already inserted still runs (cancel it
+    to stop it). Raises NotFound for an unknown name.
+    """
+    engine = get_engine()
+    _known(engine, name)
+    return engine.periodic_disable(PeriodicDisableParams(name=name))
+
+
+def enable_periodic(name: str) -> PeriodicSlotRow:
+    """Insert a disabled periodic job's slots again, from the next one on time:
+    the slots that fell while it was disabled are skipped, not caught up.
+    Raises NotFound for an unknown name."""
+    engine = get_engine()
+    _known(engine, name)
+    return engine.periodic_enable(PeriodicEnableParams(name=name))
 
 
 # ---------------------------------------------------------------------------

@@ -29,10 +29,19 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from django_hopper import validation
+from django.db import transaction
+
+from django_hopper import signals, validation
 from django_hopper.conf import hopper_settings
 from django_hopper.engine import get_engine, topics
-from django_hopper.engine.params import MessagePublishParams
+from django_hopper.engine.params import (
+    MessagePublishParams,
+    RouteDeleteResult,
+    SubscriptionDeleteParams,
+    SubscriptionPauseParams,
+    SubscriptionResumeParams,
+    SubscriptionResumeResult,
+)
 from django_hopper.engine.topics import Message
 from django_hopper.exceptions import InvalidJob
 from django_hopper.jobs import JobFunction, JobHandle
@@ -47,9 +56,12 @@ __all__ = [
     "Message",
     "Subscription",
     "list_subscriptions",
+    "pause_subscription",
     "publish",
+    "resume_subscription",
     "subscribe",
     "sync_subscriptions",
+    "unsubscribe",
 ]
 
 #: Subscriptions declared in code, by name; upserted by sync_subscriptions().
@@ -192,3 +204,50 @@ def publish(
         )
     )
     return [JobHandle(r.job, duplicate=r.duplicate, alias=engine.alias) for r in results]
+
+
+def pause_subscription(name: str) -> SubscriptionRow:
+    """Hold a subscription's deliveries until :func:`resume_subscription`; lose none.
+
+    Publishes while it is paused still make its deliveries, held (scheduled
+    at ``HELD_AT``, nothing runs them); deliveries made before the pause run
+    as usual. The pause is stored: a worker re-declaring the subscription
+    keeps it paused. Raises NotFound for an unknown subscription.
+    """
+    return get_engine().subscription_pause(SubscriptionPauseParams(name=name))
+
+
+def resume_subscription(name: str) -> SubscriptionResumeResult:
+    """Deliver again and release the held deliveries (due now, workers woken at
+    commit); ``released`` says how many. Raises NotFound."""
+    return get_engine().subscription_resume(SubscriptionResumeParams(name=name))
+
+
+def unsubscribe(name: str, *, cancel_pending: bool = False) -> RouteDeleteResult:
+    """Delete a subscription: later publishes make no delivery for it.
+
+    Its deliveries already made still run (they were accepted for delivery;
+    held ones are released), unless ``cancel_pending``: then every one that is
+    not running is canceled in the same transaction (``jobs_ended`` is sent
+    for them at commit); running ones finish. The declaration is forgotten in
+    this process too, so a later :func:`sync_subscriptions` here does not
+    create it again; a process whose code still declares it does, at its next
+    worker start. Raises NotFound for an unknown subscription.
+    """
+    engine = get_engine()
+    result = engine.subscription_delete(
+        SubscriptionDeleteParams(name=name, cancel_pending=cancel_pending)
+    )
+    with _lock:
+        declared.pop(name, None)
+    announce_ended(result, engine.alias)
+    return result
+
+
+def announce_ended(result: RouteDeleteResult, alias: str) -> None:
+    """Send ``jobs_ended`` for the deliveries a delete canceled, once it commits."""
+    ended = list(result.ended)
+    if ended and signals.jobs_ended.receivers:
+        transaction.on_commit(
+            lambda: signals.send_logged(signals.jobs_ended, jobs=ended), using=alias
+        )

@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from django_hopper.engine import get_engine, topics
 from django_hopper.engine.params import (
+    RouteDeleteResult,
     StreamAppendParams,
+    StreamConsumerDeleteParams,
+    StreamConsumerLagParams,
+    StreamConsumerPauseParams,
+    StreamConsumerResetParams,
+    StreamConsumerResumeParams,
     StreamPumpResult,
     StreamReadParams,
     StreamSeekParams,
@@ -39,8 +45,14 @@ from django_hopper.engine.params import (
 from django_hopper.engine.topics import Message
 from django_hopper.exceptions import HopperError, InvalidJob, NotFound
 from django_hopper.jobs import job
-from django_hopper.pubsub import kind_and_queue, sync_subscriptions
-from django_hopper.types import StreamConsumerRow, StreamEvent, StreamPosition, StreamStart
+from django_hopper.pubsub import announce_ended, kind_and_queue, sync_subscriptions
+from django_hopper.types import (
+    StreamConsumerLag,
+    StreamConsumerRow,
+    StreamEvent,
+    StreamPosition,
+    StreamStart,
+)
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -53,9 +65,14 @@ __all__ = [
     "UndecodableEvent",
     "append",
     "consume",
+    "consumer_lag",
+    "delete_consumer",
     "list_consumers",
+    "pause_consumer",
     "pump",
     "read",
+    "reset_consumer",
+    "resume_consumer",
     "seek",
     "sync_consumers",
     "sync_declared",
@@ -216,6 +233,50 @@ def pump(name: str, limit: int = 1000) -> StreamPumpResult:
     """Deliver up to ``limit`` of a consumer's pending events now (the leader does
     this every maintenance interval)."""
     return _engine().stream_pump(name, limit)
+
+
+def pause_consumer(name: str) -> StreamConsumerRow:
+    """Stop delivering a consumer's events: they wait in the log at its position
+    (retention still applies) until :func:`resume_consumer`. Stored, so a worker
+    re-declaring the consumer keeps it paused. Raises NotFound."""
+    return _engine().stream_consumer_pause(StreamConsumerPauseParams(name=name))
+
+
+def resume_consumer(name: str) -> StreamConsumerRow:
+    """Deliver a paused consumer's events again, from where it stopped. Raises NotFound."""
+    return _engine().stream_consumer_resume(StreamConsumerResumeParams(name=name))
+
+
+def reset_consumer(name: str) -> StreamConsumerRow:
+    """Move a consumer back to its ``start`` as if it were created now: ``earliest``
+    replays every retained event, ``latest`` skips the backlog. Raises NotFound."""
+    return _engine().stream_consumer_reset(StreamConsumerResetParams(name=name))
+
+
+def delete_consumer(name: str, *, cancel_pending: bool = False) -> RouteDeleteResult:
+    """Delete a consumer and its position; the log keeps its events for the others.
+
+    Deliveries already made still run, unless ``cancel_pending``: then those
+    not running are canceled in the same transaction. Forgotten in this
+    process's declarations too; a process whose code still declares it
+    creates it again, at its ``start``, at its next worker start. Raises NotFound.
+    """
+    engine = _engine()
+    result = engine.stream_consumer_delete(
+        StreamConsumerDeleteParams(name=name, cancel_pending=cancel_pending)
+    )
+    with _lock:
+        declared.pop(name, None)
+    announce_ended(result, engine.alias)
+    return result
+
+
+def consumer_lag(names: list[str] | None = None, limit: int = 1000) -> list[StreamConsumerLag]:
+    """Return how far behind each consumer (default: all) is, by name: its committed,
+    matching events not yet delivered, counted up to ``limit``, and when the oldest
+    was appended."""
+    wanted: Any = () if names is None else names if isinstance(names, str) else tuple(names)
+    return _engine().stream_consumer_lag(StreamConsumerLagParams(names=wanted, limit=limit))
 
 
 class UndecodableEvent(HopperError):

@@ -452,6 +452,29 @@ class PeriodicRegistrationRow:
 
 
 @dataclass(slots=True)
+class PeriodicSlotRow:
+    """A periodic job's recorded state: its last slot, and whether it is disabled."""
+
+    name: str
+    #: The last slot inserted (None: none yet).
+    last_slot: dt.datetime | None = None
+    #: The job the last slot inserted.
+    job_id: JobID | None = None
+    inserted_at: dt.datetime | None = None
+    #: When an operator disabled it (None: enabled). A disabled job's slots are skipped.
+    disabled_at: dt.datetime | None = None
+    #: When an operator last enabled it: slots before then are never caught up.
+    enabled_at: dt.datetime | None = None
+
+    @property
+    def settled(self) -> dt.datetime | None:
+        """Return the time up to which no slot is due any more (inserted, or skipped
+        while disabled)."""
+        times = [t for t in (self.last_slot, self.enabled_at) if t is not None]
+        return max(times) if times else None
+
+
+@dataclass(slots=True)
 class HistoryPartitionRow:
     """One partition of history, for ``hopper_partitions``."""
 
@@ -587,6 +610,14 @@ class SubscriptionRow:
     metadata: JSON = field(default_factory=dict)
     created_at: dt.datetime | None = None
     updated_at: dt.datetime | None = None
+    #: When an operator paused it (None: delivering). A publish still makes a
+    #: paused subscription's deliveries, held (scheduled at HELD_AT) until resumed.
+    paused_at: dt.datetime | None = None
+
+
+#: The scheduled time of a delivery held by a paused subscription: later than
+#: any real schedule, so nothing promotes it until the subscription is resumed.
+HELD_AT = dt.datetime(9999, 12, 31, tzinfo=dt.UTC)
 
 
 @dataclass(slots=True, frozen=True, order=True)
@@ -641,6 +672,22 @@ class StreamConsumerRow:
     delivered_at: dt.datetime | None = None
     created_at: dt.datetime | None = None
     updated_at: dt.datetime | None = None
+    #: When an operator paused it (None: pumped). A paused consumer's events
+    #: wait in the log (within retention) at its position.
+    paused_at: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class StreamConsumerLag:
+    """How far a consumer is behind: its committed, matching events not yet delivered."""
+
+    name: str
+    #: Events waiting, counted up to the lag read's limit.
+    events: int = 0
+    #: True when there are more than ``events`` (the count stopped at the limit).
+    capped: bool = False
+    #: When the oldest waiting event was appended (None: nothing waits).
+    oldest_at: dt.datetime | None = None
 
 
 class JobOutcome:

@@ -89,25 +89,46 @@ from django_hopper.engine.params import (
     JobStepsClearParams,
     LeaderParams,
     MessagePublishParams,
+    PeriodicDisableParams,
+    PeriodicEnableParams,
     PeriodicInsertParams,
     PeriodicRegisterParams,
+    PeriodicRunNowParams,
+    PeriodicRunNowResult,
     RescueCandidate,
+    RouteDeleteResult,
     SchemaLockParams,
     SchemaState,
     StreamAppendParams,
+    StreamConsumerDeleteParams,
+    StreamConsumerLagParams,
+    StreamConsumerPauseParams,
+    StreamConsumerResetParams,
+    StreamConsumerResumeParams,
     StreamPruneParams,
     StreamPumpResult,
     StreamReadParams,
     StreamSeekParams,
     SubjectEraseParams,
+    SubscriptionDeleteParams,
+    SubscriptionPauseParams,
+    SubscriptionResumeParams,
+    SubscriptionResumeResult,
     WorkflowInsertParams,
     WorkflowInsertResult,
     WorkflowPromoteParams,
     WorkflowPromoteResult,
 )
-from django_hopper.exceptions import HistoryIndexRepairError, InvalidJob, JobErased, NotSupported
+from django_hopper.exceptions import (
+    HistoryIndexRepairError,
+    InvalidJob,
+    JobErased,
+    NotFound,
+    NotSupported,
+)
 from django_hopper.types import (
     CHANNEL_CONTROL,
+    CHANNEL_INSERT,
     AttemptLog,
     BatchRow,
     ClientRow,
@@ -122,15 +143,21 @@ from django_hopper.types import (
     JobStepRow,
     Notification,
     PeriodicRegistrationRow,
+    PeriodicSlotRow,
     Progress,
     QueueLimits,
     QueueRow,
     Stats,
+    StreamConsumerLag,
     StreamConsumerRow,
     StreamEvent,
+    StreamStart,
     SubscriptionRow,
     WorkflowRow,
 )
+
+#: Jobs per statement when a delete cancels a subscription's or consumer's deliveries.
+CANCEL_CHUNK = 1_000
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -835,6 +862,65 @@ class BaseEngine(ABC):
         """Return the registrations of clients whose lease has not expired."""
         return self._periodic_registrations(now)
 
+    def periodic_list(self) -> list[PeriodicSlotRow]:
+        """Return every periodic job's recorded state (last slot, disabled), by name."""
+        return self._periodic_list()
+
+    def periodic_disable(self, params: PeriodicDisableParams) -> PeriodicSlotRow:
+        """Stop inserting a periodic job's slots until it is enabled.
+
+        Works for a name with no slot yet (its state row is created). Disabling
+        a disabled job keeps its first ``disabled_at``. A slot the leader is
+        inserting at that moment serializes on the row: it is inserted before
+        the disable or not at all.
+        """
+        checks.route_control(params)
+        return self._periodic_disable(params)
+
+    def periodic_enable(self, params: PeriodicEnableParams) -> PeriodicSlotRow:
+        """Insert a disabled periodic job's slots again, from the next one on time.
+
+        The slots that fell while it was disabled are skipped, never caught
+        up (``enabled_at`` settles them). Enabling an enabled job changes
+        nothing.
+        """
+        checks.route_control(params)
+        return self._periodic_enable(params)
+
+    def periodic_run_now(self, params: PeriodicRunNowParams) -> PeriodicRunNowResult:
+        """Run a periodic job now, one job per slot whoever inserts it.
+
+        With ``params.slot`` (a slot due now, not yet inserted), the run *is*
+        that slot's job, recorded as the leader records one: if the leader's
+        tick inserted it first, that job is returned (``inserted=False``) and
+        nothing else is inserted. Otherwise (or if the job was disabled in
+        between) ``params.extra`` is inserted: a run outside the schedule that
+        leaves the slots alone; its unique key makes a second click while it
+        waits return the first run (``inserted=False``).
+        """
+        checks.periodic_run_now(params)
+        if params.slot is not None:
+            job, inserted = self._periodic_insert(
+                PeriodicInsertParams(
+                    name=params.name, slot=params.slot, job=params.job, now=params.now
+                )
+            )
+            if job is not None:
+                return PeriodicRunNowResult(job=job, slot=params.slot, inserted=inserted)
+            state = next((r for r in self._periodic_list() if r.name == params.name), None)
+            if (
+                state is not None
+                and state.disabled_at is None
+                and state.last_slot is not None
+                and state.last_slot >= params.slot
+                and state.job_id is not None
+            ):
+                existing = self._job_get(state.job_id)
+                if existing is not None:
+                    return PeriodicRunNowResult(job=existing, slot=state.last_slot, inserted=False)
+        (result,) = self.job_insert_many([params.extra], JobInsertOpts(notify=True, now=params.now))
+        return PeriodicRunNowResult(job=result.job, slot=None, inserted=not result.duplicate)
+
     # == history ===============================================================
 
     def history_maintain(self, params: HistoryMaintainParams) -> HistoryMaintainResult:
@@ -893,6 +979,76 @@ class BaseEngine(ABC):
         """Return every subscription, by name."""
         return self._subscription_list()
 
+    def subscription_pause(self, params: SubscriptionPauseParams) -> SubscriptionRow:
+        """Hold a subscription's deliveries until it is resumed; lose none.
+
+        A publish while it is paused still inserts its delivery, held: in the
+        scheduled state at ``HELD_AT``, which nothing promotes. Deliveries
+        made before the pause run as usual (pause their queue to stop those).
+        Pausing a paused subscription keeps its first ``paused_at``; a
+        worker re-declaring it never resumes it. Raises NotFound.
+        """
+        name = checks.route_control(params)
+        row = self._subscription_pause(params)
+        if row is None:
+            raise NotFound(f"no subscription is named {name!r}")
+        return row
+
+    def subscription_resume(self, params: SubscriptionResumeParams) -> SubscriptionResumeResult:
+        """Deliver again, and release the deliveries held while paused: they are due
+        now, and the workers of their queues are woken at commit. Raises NotFound."""
+        name = checks.route_control(params)
+        result = self._subscription_resume(params)
+        if result is None:
+            raise NotFound(f"no subscription is named {name!r}")
+        self.notify(CHANNEL_INSERT, result.queues)
+        return result
+
+    def subscription_delete(self, params: SubscriptionDeleteParams) -> RouteDeleteResult:
+        """Delete a subscription: later publishes make no delivery for it.
+
+        Its deliveries already made are jobs, accepted for delivery: they
+        still run, and those held by a pause are released (at-least-once is
+        never broken silently). With ``cancel_pending`` every one of them that
+        is not running (waiting, scheduled, retrying or held) is canceled
+        instead, in the same transaction, as ``job_cancel_many`` cancels;
+        running ones finish. Raises NotFound, and then changes nothing.
+        """
+        name = checks.route_delete(params)
+        result: RouteDeleteResult | None = None
+        # NotFound is raised after the block, so that a caller's transaction is
+        # not marked for rollback by a refusal that wrote nothing.
+        with transaction.atomic(using=self.alias, savepoint=False):
+            released = None
+            if not params.cancel_pending:
+                released = self._subscription_resume(
+                    SubscriptionResumeParams(name=name, now=params.now)
+                )
+            route = None
+            if params.cancel_pending or released is not None:
+                route = self._subscription_delete(params)
+            if route is not None:
+                result = RouteDeleteResult(route=route)
+                if released is not None:
+                    result.released, result.queues = released.released, released.queues
+                else:
+                    self._cancel_deliveries(self._subscription_waiting(name), params.now, result)
+        if result is None:
+            raise NotFound(f"no subscription is named {name!r}")
+        self.notify(CHANNEL_INSERT, result.queues)
+        return result
+
+    def _cancel_deliveries(
+        self, ids: list[JobID], now: dt.datetime | None, result: RouteDeleteResult
+    ) -> None:
+        """Cancel waiting deliveries in chunks, one statement each; count them into result."""
+        for start in range(0, len(ids), CANCEL_CHUNK):
+            chunk = ids[start : start + CANCEL_CHUNK]
+            done = self.job_cancel_many(JobCancelManyParams(ids=chunk, now=now))
+            ended = [j for j in done.jobs if j.state == JobState.CANCELED]
+            result.canceled += len(ended)
+            result.ended.extend(ended)
+
     def message_publish(self, params: MessagePublishParams) -> list[JobInsertResult]:
         """Insert one delivery per subscription whose pattern matches the topic, in
         one insert statement of the caller's transaction; return them in
@@ -926,6 +1082,79 @@ class BaseEngine(ABC):
     def stream_consumer_list(self) -> list[StreamConsumerRow]:
         """Return every consumer with its position, by name."""
         return self._stream_consumer_list()
+
+    def stream_consumer_pause(self, params: StreamConsumerPauseParams) -> StreamConsumerRow:
+        """Stop pumping a consumer: no pump that starts after this commits delivers
+        for it, and its events wait in the log at its position (retention still
+        applies). Deliveries made before keep running. Pausing a paused
+        consumer keeps its first ``paused_at``. Raises NotFound."""
+        name = checks.route_control(params)
+        row = self._stream_consumer_pause(params)
+        if row is None:
+            raise NotFound(f"no stream consumer is named {name!r}")
+        return row
+
+    def stream_consumer_resume(self, params: StreamConsumerResumeParams) -> StreamConsumerRow:
+        """Pump a paused consumer again, from where it stopped. Raises NotFound."""
+        name = checks.route_control(params)
+        row = self._stream_consumer_resume(params)
+        if row is None:
+            raise NotFound(f"no stream consumer is named {name!r}")
+        return row
+
+    def stream_consumer_reset(self, params: StreamConsumerResetParams) -> StreamConsumerRow:
+        """Move a consumer back to its ``start``, as if it were created now:
+        ``earliest`` replays every retained event, ``latest`` skips what is
+        appended so far. Keeps it paused or not. Raises NotFound."""
+        name = checks.route_control(params)
+        row = next((r for r in self._stream_consumer_list() if r.name == name), None)
+        if row is None:
+            raise NotFound(f"no stream consumer is named {name!r}")
+        earliest = row.start == StreamStart.EARLIEST
+        mode = StreamStart.EARLIEST if earliest else StreamStart.LATEST
+        seek = StreamSeekParams(earliest=earliest, latest=not earliest)
+        return self._stream_consumer_seek(name, seek, mode)
+
+    def stream_consumer_delete(self, params: StreamConsumerDeleteParams) -> RouteDeleteResult:
+        """Delete a consumer and its position; its events stay in the log for the others.
+
+        Deliveries already made still run; with ``cancel_pending`` those not
+        running are canceled in the same transaction, as for
+        ``subscription_delete``. Re-declaring the consumer later creates it
+        anew at its ``start``. Raises NotFound, and then changes nothing.
+        """
+        name = checks.route_delete(params)
+        result: RouteDeleteResult | None = None
+        with transaction.atomic(using=self.alias, savepoint=False):
+            route = self._stream_consumer_delete(params)
+            if route is not None:
+                result = RouteDeleteResult(route=route)
+                if params.cancel_pending:
+                    self._cancel_deliveries(self._stream_consumer_waiting(name), params.now, result)
+        if result is None:
+            raise NotFound(f"no stream consumer is named {name!r}")
+        return result
+
+    def stream_consumer_lag(self, params: StreamConsumerLagParams) -> list[StreamConsumerLag]:
+        """Return how far behind each consumer is, by name: its committed, matching
+        events not yet delivered, counted up to ``limit`` (then ``capped``), and
+        when the oldest was appended. One statement whatever the number of
+        consumers; each count reads at most ``limit`` events."""
+        checks.consumer_lag(params)
+        wanted = set(params.names)
+        consumers = [c for c in self._stream_consumer_list() if not wanted or c.name in wanted]
+        if not consumers:
+            return []
+        counted = self._stream_consumer_lag(consumers, params.limit + 1)
+        return [
+            StreamConsumerLag(
+                name=c.name,
+                events=min(c.events, params.limit),
+                capped=c.events > params.limit,
+                oldest_at=c.oldest_at,
+            )
+            for c in counted
+        ]
 
     def stream_consumer_seek(self, name: str, params: StreamSeekParams) -> StreamConsumerRow:
         """Move a consumer: events after the new position are delivered (again).
@@ -1168,6 +1397,15 @@ class BaseEngine(ABC):
         self, now: dt.datetime | None = None
     ) -> list[PeriodicRegistrationRow]: ...
 
+    @abstractmethod
+    def _periodic_list(self) -> list[PeriodicSlotRow]: ...
+
+    @abstractmethod
+    def _periodic_disable(self, params: PeriodicDisableParams) -> PeriodicSlotRow: ...
+
+    @abstractmethod
+    def _periodic_enable(self, params: PeriodicEnableParams) -> PeriodicSlotRow: ...
+
     # -- schema
 
     @abstractmethod
@@ -1218,6 +1456,24 @@ class BaseEngine(ABC):
     @abstractmethod
     def _message_publish(self, params: MessagePublishParams) -> list[JobInsertResult]: ...
 
+    @abstractmethod
+    def _subscription_pause(self, params: SubscriptionPauseParams) -> SubscriptionRow | None:
+        """Set paused_at (kept if set); return the row, or None if unknown."""
+
+    @abstractmethod
+    def _subscription_resume(
+        self, params: SubscriptionResumeParams
+    ) -> SubscriptionResumeResult | None:
+        """Clear paused_at and make the subscription's held deliveries due now."""
+
+    @abstractmethod
+    def _subscription_delete(self, params: SubscriptionDeleteParams) -> SubscriptionRow | None:
+        """Delete the row; return it as it was, or None if unknown."""
+
+    @abstractmethod
+    def _subscription_waiting(self, name: str) -> list[JobID]:
+        """Return the IDs of the subscription's live deliveries that are not running."""
+
     # -- streams
 
     @abstractmethod
@@ -1246,3 +1502,29 @@ class BaseEngine(ABC):
 
     @abstractmethod
     def _stream_prune(self, params: StreamPruneParams) -> int: ...
+
+    @abstractmethod
+    def _stream_consumer_pause(self, params: StreamConsumerPauseParams) -> StreamConsumerRow | None:
+        """Set paused_at (kept if set); return the row, or None if unknown."""
+
+    @abstractmethod
+    def _stream_consumer_resume(
+        self, params: StreamConsumerResumeParams
+    ) -> StreamConsumerRow | None:
+        """Clear paused_at; return the row, or None if unknown."""
+
+    @abstractmethod
+    def _stream_consumer_delete(
+        self, params: StreamConsumerDeleteParams
+    ) -> StreamConsumerRow | None:
+        """Delete the row; return it as it was, or None if unknown."""
+
+    @abstractmethod
+    def _stream_consumer_waiting(self, name: str) -> list[JobID]:
+        """Return the IDs of the consumer's live deliveries that are not running."""
+
+    @abstractmethod
+    def _stream_consumer_lag(
+        self, consumers: Sequence[StreamConsumerRow], cap: int
+    ) -> list[StreamConsumerLag]:
+        """Count each consumer's undelivered events up to ``cap``, by name."""

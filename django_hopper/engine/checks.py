@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_hopper import validation
+from django_hopper.engine import topics
 from django_hopper.engine.params import (
     BatchDuplicatesParams,
     BatchInsertParams,
@@ -28,7 +29,11 @@ from django_hopper.engine.params import (
     JobPassMissParams,
     JobPassTakeoverParams,
     JobRecordProgressParams,
+    PeriodicRunNowParams,
     SchemaLockParams,
+    StreamConsumerDeleteParams,
+    StreamConsumerLagParams,
+    SubscriptionDeleteParams,
     WorkflowInsertParams,
 )
 from django_hopper.engine.rules import validate_workflow
@@ -332,3 +337,51 @@ def history_index(params: HistoryIndexParams) -> None:
     ):
         if not isinstance(value, dt.timedelta) or value < dt.timedelta(0):
             raise InvalidJob(f"{name} must be a non-negative timedelta", field=name)
+
+
+# ---------------------------------------------------------------------------
+# Subscriptions, stream consumers and periodic jobs: the operator's controls
+
+
+def route_name(value: Any) -> str:
+    """Return a valid subscription, consumer or periodic job name, or raise InvalidJob.
+
+    The three share one alphabet (letters, digits, ``_ . : -``, 1..255).
+    """
+    return topics.check_name(value)
+
+
+def now(value: Any) -> None:
+    """Refuse an injected clock that is not an aware datetime."""
+    if value is not None:
+        validation.aware(value, "now")
+
+
+def route_control(params: Any) -> str:
+    """Check a pause, resume, reset, enable or disable: a name and the clock."""
+    now(params.now)
+    return route_name(params.name)
+
+
+def route_delete(params: SubscriptionDeleteParams | StreamConsumerDeleteParams) -> str:
+    """Check a subscription or consumer delete."""
+    flag(params.cancel_pending, "cancel_pending")
+    return route_control(params)
+
+
+def consumer_lag(params: StreamConsumerLagParams) -> None:
+    """Check a lag read: names and a positive cap."""
+    if isinstance(params.names, str) or not isinstance(params.names, Sequence):
+        raise InvalidJob(f"names must be a sequence of names, not {params.names!r}", field="names")
+    for name in params.names:
+        route_name(name)
+    positive_limit(params.limit)
+
+
+def periodic_run_now(params: PeriodicRunNowParams) -> None:
+    """Check a run now: its name, its slot (aware), its job."""
+    route_control(params)
+    if params.slot is not None:
+        validation.aware(params.slot, "slot")
+    insert(params.job)
+    insert(params.extra)

@@ -22,7 +22,9 @@ from django_hopper.types import (
     JobState,
     LeaseFence,
     QueueLimits,
+    StreamConsumerRow,
     StreamPosition,
+    SubscriptionRow,
 )
 
 # ---------------------------------------------------------------------------
@@ -300,6 +302,53 @@ class PeriodicInsertParams:
     slot: dt.datetime
     job: JobInsertParams
     now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class PeriodicDisableParams:
+    """Stop a periodic job's slots from being inserted until it is enabled."""
+
+    name: str
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class PeriodicEnableParams:
+    """Let a disabled periodic job's slots be inserted again, from its next slot on."""
+
+    name: str
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class PeriodicRunNowParams:
+    """Run a periodic job now, without double-firing a slot the leader inserts.
+
+    With ``slot``, the run is that (due) slot's job, inserted only if the slot
+    was not already: the leader's tick and the run now then make one job. With
+    ``slot`` None, ``job`` is an extra run outside the schedule, which should
+    carry a unique key so that a second click while it waits returns it.
+    """
+
+    name: str
+    #: The slot's job (used with ``slot``).
+    job: JobInsertParams
+    #: The extra run, outside the schedule (without ``slot``, or when the slot
+    #: cannot be the run).
+    extra: JobInsertParams
+    slot: dt.datetime | None = None
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class PeriodicRunNowResult:
+    #: The run: inserted now, or the one a slot or an earlier run now inserted.
+    job: JobRow
+    #: The slot the run is for, or None for an extra run outside the schedule.
+    slot: dt.datetime | None = None
+    #: False when ``job`` already existed (the leader inserted the slot, or an
+    #: earlier run now still waits).
+    inserted: bool = True
 
 
 @dataclass(slots=True, frozen=True)
@@ -744,6 +793,100 @@ class MessagePublishParams:
     #: Pre-generated message ID; the engine generates one (UUIDv7 hex) when None.
     message_id: str | None = None
     now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class SubscriptionPauseParams:
+    """Hold a subscription's deliveries: publishes still make them, held until resumed."""
+
+    name: str
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class SubscriptionResumeParams:
+    """Deliver again, and release the deliveries held while paused."""
+
+    name: str
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class SubscriptionResumeResult:
+    subscription: SubscriptionRow
+    #: Held deliveries released (due now).
+    released: int = 0
+    #: The queues the released deliveries are in.
+    queues: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True, frozen=True)
+class SubscriptionDeleteParams:
+    """Delete a subscription: later publishes make no delivery for it.
+
+    Its deliveries already made still run (held ones are released), unless
+    ``cancel_pending``: then every one not running is canceled, in the same
+    transaction. Running deliveries always finish.
+    """
+
+    name: str
+    cancel_pending: bool = False
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True)
+class RouteDeleteResult:
+    """What deleting a subscription or a stream consumer did to its deliveries."""
+
+    #: The deleted subscription or consumer, as it was.
+    route: SubscriptionRow | StreamConsumerRow
+    #: Waiting deliveries canceled (``cancel_pending``).
+    canceled: int = 0
+    #: Held deliveries released to run (a paused subscription, without ``cancel_pending``).
+    released: int = 0
+    #: The queues of the released deliveries.
+    queues: list[str] = field(default_factory=list)
+    #: The deliveries canceled, as they are now (for ``jobs_ended``).
+    ended: list[JobRow] = field(default_factory=list)
+
+
+@dataclass(slots=True, frozen=True)
+class StreamConsumerPauseParams:
+    """Stop pumping a consumer: its events wait in the log at its position."""
+
+    name: str
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class StreamConsumerResumeParams:
+    name: str
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class StreamConsumerResetParams:
+    """Move a consumer back to its ``start``, as if it were created now."""
+
+    name: str
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class StreamConsumerDeleteParams:
+    """Delete a consumer and its position; ``cancel_pending`` as for subscriptions."""
+
+    name: str
+    cancel_pending: bool = False
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class StreamConsumerLagParams:
+    #: The consumers to measure; empty: every consumer.
+    names: tuple[str, ...] = ()
+    #: Count at most this many waiting events per consumer (the count is capped).
+    limit: int = 1000
 
 
 @dataclass(slots=True, frozen=True)

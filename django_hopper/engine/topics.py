@@ -41,6 +41,7 @@ from django_hopper.engine.params import (
 )
 from django_hopper.exceptions import InvalidJob
 from django_hopper.types import (
+    HELD_AT,
     JSON,
     StreamConsumerRow,
     StreamEvent,
@@ -434,6 +435,8 @@ def publish_deliveries(
 ) -> list[JobInsertParams]:
     """Return one delivery per subscription whose pattern matches, in name order.
 
+    A paused subscription's delivery is held: scheduled at :data:`HELD_AT`,
+    which nothing promotes, until ``subscription_resume`` makes it due.
     ``params`` must have passed :func:`check_publish`.
     """
     message: Message = {
@@ -449,7 +452,7 @@ def publish_deliveries(
             message,
             params.ordering_key,
             priority=params.priority,
-            scheduled_at=scheduled_at,
+            scheduled_at=HELD_AT if sub.paused_at is not None else scheduled_at,
             unique_key=f"{sub.name}:{params.dedup_key}" if params.dedup_key else None,
             ttl=params.ttl,
             awaited=params.awaited,
@@ -515,6 +518,13 @@ def stored_headers(value: Any) -> dict[str, str]:
 def _short(value: Any, limit: int = 200) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def pump_stops(consumer: StreamConsumerRow, limit: int) -> bool:
+    """Return whether a pump that has locked ``consumer`` delivers nothing: a zero
+    limit, or a consumer an operator paused (checked under the row's lock, so no
+    pump starting after the pause commits delivers)."""
+    return limit == 0 or consumer.paused_at is not None
 
 
 def event_message(event: StreamEvent) -> Message:

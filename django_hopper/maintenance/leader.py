@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from django_hopper.engine.params import LeaderParams
 from django_hopper.maintenance.base import Service
 from django_hopper.maintenance.periodic import PeriodicEnqueuer
-from django_hopper.maintenance.services import default_services
+from django_hopper.maintenance.services import StreamPumper, default_services
 from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
 
 if TYPE_CHECKING:
@@ -59,8 +59,29 @@ class Elector:
         self.is_leader = False
 
 
+class _Wake(threading.Event):
+    """An event that also rings a bell, so that one wait serves every wake-up."""
+
+    def __init__(self, bell: threading.Event) -> None:
+        super().__init__()
+        self._bell = bell
+
+    def set(self) -> None:
+        super().set()
+        self._bell.set()
+
+
 class Maintainer:
-    """Elect, and while leading, run each service when its interval has passed."""
+    """Elect, and while leading, run each service when its interval has passed.
+
+    Between rounds, stream appends (:meth:`wake_streams`, from the notifier)
+    make the leader pump the consumers of the appended topics at once, so a
+    delivery does not wait for the next round.
+    """
+
+    #: Seconds a woken pump waits after the previous one, so that the appends of
+    #: a burst share a pump instead of each paying for one.
+    pump_debounce = 0.02
 
     def __init__(
         self,
@@ -77,7 +98,12 @@ class Maintainer:
             list(services) if services is not None else default_services(engine, elector.client_id)
         )
         self._last: dict[str, float] = {}
-        self.wake = threading.Event()
+        self._bell = threading.Event()
+        #: Set to hold the election now (CHANNEL_LEADER, a resign, a stop).
+        self.wake: threading.Event = _Wake(self._bell)
+        self._topics: set[str] = set()
+        self._topics_lock = threading.Lock()
+        self._pumped_at = float("-inf")
 
     def run_services(self, force: bool = False, at: float | None = None) -> dict[str, int]:
         """Run the services that are due (all with ``force``); return rows changed per service.
@@ -113,6 +139,56 @@ class Maintainer:
                     reset_connection(self.engine.alias)
                     logger.exception("registering periodic jobs failed")
 
+    def wake_streams(self, topic: str) -> None:
+        """Have the consumers of ``topic`` pumped soon (an append committed), if leading."""
+        with self._topics_lock:
+            self._topics.add(topic)
+        self._bell.set()
+
+    def pump_woken(self) -> int | None:
+        """Pump the consumers matching the topics woken since the last call.
+
+        Returns the deliveries inserted, or None when no topic was woken or
+        this client does not lead (the leader alone pumps; others drop the
+        topics, which the leader heard too).
+        """
+        with self._topics_lock:
+            topics, self._topics = self._topics, set()
+        if not topics or not self.elector.is_leader:
+            return None
+        self._pumped_at = time.monotonic()
+        for service in self.services:
+            if isinstance(service, StreamPumper):
+                try:
+                    return service.run_once(topics=topics)
+                except Exception:
+                    reset_connection(self.engine.alias)
+                    logger.exception("pumping woken stream consumers failed")
+        return 0
+
+    def _wait(self, tick: float, stop: threading.Event) -> float:
+        """Wait for the next tick, pumping woken streams meanwhile; return the next tick.
+
+        An election request (``wake``) ends the wait at once and starts the
+        schedule again from now.
+        """
+        while not stop.is_set():
+            remaining = tick - time.monotonic()
+            rang = self._bell.wait(max(remaining, 0.0))
+            self._bell.clear()
+            if self.wake.is_set():
+                self.wake.clear()
+                return time.monotonic()
+            if not rang:
+                return tick
+            hold = self._pumped_at + self.pump_debounce - time.monotonic()
+            if hold > 0 and self.wake.wait(min(hold, max(tick - time.monotonic(), 0.0))):
+                continue
+            if time.monotonic() >= tick:
+                return tick  # the round pumps every consumer
+            self.pump_woken()
+        return tick
+
     def run_once(self, at: float | None = None) -> dict[str, int] | None:
         """Elect, then run due services if leading; None when not the leader."""
         if not self.elector.run_once():
@@ -123,7 +199,8 @@ class Maintainer:
         """Loop until ``stop``: renew the lease often enough, run services while leading.
 
         The lease is renewed at least three times per TTL; a CHANNEL_LEADER
-        notification (``wake``) makes the next election happen at once.
+        notification (``wake``) makes the next election happen at once, and
+        a stream append (:meth:`wake_streams`) a pump of its consumers.
         Rounds keep to a schedule (each tick one period after the previous
         *tick*, not after the previous round ended), so the time the services
         take does not stretch the period: a 1-second periodic job gets a
@@ -140,16 +217,12 @@ class Maintainer:
                     self.run_once(at=tick)
                     delay.reset()
                     tick = next_tick(tick, period, time.monotonic())
-                    wait = tick - time.monotonic()
                 except Exception:
                     reset_connection(self.engine.alias)
                     wait = delay.next()
                     logger.warning("leader election failed; retrying in %.2fs", wait, exc_info=True)
                     tick = time.monotonic() + wait
-                if self.wake.wait(max(wait, 0.0)):
-                    # Elect at once; the schedule starts again from now.
-                    tick = time.monotonic()
-                self.wake.clear()
+                tick = self._wait(tick, stop)
         finally:
             for service in self.services:
                 service.close()

@@ -37,6 +37,8 @@ class PeriodicRunResult:
     raced: list[str] = field(default_factory=list)
     #: Names whose registration could not be read or inserted (logged).
     failed: list[str] = field(default_factory=list)
+    #: Names an operator disabled: none of their slots is inserted.
+    disabled: list[str] = field(default_factory=list)
     #: Whether this pass (re)registered this client's definitions.
     registered: bool = False
 
@@ -91,13 +93,18 @@ class PeriodicEnqueuer(Service):
         now = now or self.engine.now()
         result = PeriodicRunResult(registered=self.register(now))
         registrations = self.engine.periodic_registrations(now=now)
-        last_slots = self.engine.periodic_last_slots()
+        states = {s.name: s for s in self.engine.periodic_list()}
         for row in _newest_per_name(registrations):
+            state = states.get(row.name)
+            if state is not None and state.disabled_at is not None:
+                result.disabled.append(row.name)
+                continue
             try:
                 definition = periodic.PeriodicDefinition.from_json(row.definition)
                 slot = periodic.due_slot(
                     definition.schedule,
-                    last_slot=last_slots.get(row.name),
+                    # Slots before an enable fell while disabled: settled, not caught up.
+                    last_slot=state.settled if state is not None else None,
                     now=now,
                     catch_up=definition.catch_up,
                     grace=definition.grace,

@@ -8,7 +8,7 @@ import dataclasses
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 from django_hopper import registry, signals
@@ -28,6 +28,7 @@ from django_hopper.engine.params import (
     WorkflowPromoteParams,
 )
 from django_hopper.engine.rules import rescued_state
+from django_hopper.engine.topics import pattern_matches
 from django_hopper.maintenance.base import Service
 from django_hopper.maintenance.history import HistoryIndexer, HistoryPruner, Vacuumer
 from django_hopper.maintenance.periodic import PeriodicEnqueuer
@@ -344,10 +345,15 @@ class StreamPumper(Service):
     """Turn every stream consumer's new events into delivery jobs, each round.
 
     One pump per consumer per round, of at most ``HOPPER["STREAM_PUMP_LIMIT"]``
-    events; a consumer with more catches up over the next rounds. A pump that
-    fails, whatever it raises, is logged and retried next round without holding
-    up the others (an event that does not decode is delivered as a failure,
-    never raised).
+    events; a consumer with more catches up over the next rounds. Paused
+    consumers are skipped. A pump that fails, whatever it raises, is logged
+    and retried next round without holding up the others (an event that does
+    not decode is delivered as a failure, never raised).
+
+    An append's notification (``CHANNEL_STREAM``, PostgreSQL) names its topic:
+    the maintainer then pumps at once only the consumers whose pattern matches
+    one of the topics woken (``run_once(topics=...)``), instead of waiting
+    for the round.
     """
 
     name = "stream_pump"
@@ -358,12 +364,19 @@ class StreamPumper(Service):
         super().__init__(engine)
         self.limit = int(hopper_settings.STREAM_PUMP_LIMIT if limit is None else limit)
 
-    def run_once(self, now: dt.datetime | None = None) -> int:
-        """Pump each consumer once; return how many deliveries were inserted."""
+    def run_once(
+        self, now: dt.datetime | None = None, topics: Collection[str] | None = None
+    ) -> int:
+        """Pump each consumer once (with ``topics``, only those whose pattern matches
+        one of them); return how many deliveries were inserted."""
 
         engine = self.engine
         total = 0
         for consumer in engine.stream_consumer_list():
+            if consumer.paused_at is not None:
+                continue
+            if topics is not None and not any(pattern_matches(consumer.pattern, t) for t in topics):
+                continue
             # Whatever one consumer's pump raises, the others are pumped this round.
             try:
                 total += engine.stream_pump(consumer.name, self.limit, now).delivered

@@ -80,6 +80,9 @@ class ControlState:
         self.renew = threading.Event()
         #: Set to hold the next leader election now (None: this worker does not elect).
         self.elect: threading.Event | None = None
+        #: Called with an appended topic, to pump its consumers now if this worker
+        #: leads (None: this worker runs no maintenance).
+        self.streams: Callable[[str], None] | None = None
         #: The producers by queue, woken when their queue may have work.
         self.producers: dict[str, Producer] = {}
         #: Cancels a running attempt this worker holds; False when it holds none.

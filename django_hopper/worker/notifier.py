@@ -1,4 +1,5 @@
-"""The notifier: turns database notifications into wake-ups (engines with ``supports_listen``)."""
+"""The notifier: turns database notifications into wake-ups (engines with ``supports_listen``):
+insert notifications wake producers, stream appends wake the leader's pump."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from django_hopper.exceptions import NotSupported
-from django_hopper.types import CHANNEL_CONTROL, CHANNEL_INSERT, CHANNEL_LEADER
+from django_hopper.types import CHANNEL_CONTROL, CHANNEL_INSERT, CHANNEL_LEADER, CHANNEL_STREAM
 from django_hopper.worker.db import Backoff, close_thread_connections
 
 if TYPE_CHECKING:
@@ -38,6 +39,15 @@ class Notifier:
             control.on_message(note.payload)
         elif note.channel == CHANNEL_LEADER and control.elect is not None:
             control.elect.set()
+        elif note.channel == CHANNEL_STREAM and control.streams is not None:
+            control.streams(note.payload)
+
+    def channels(self) -> list[str]:
+        """Return the channels to listen on: stream appends only where maintenance runs."""
+        channels: list[str] = [CHANNEL_INSERT, CHANNEL_CONTROL, CHANNEL_LEADER]
+        if self.control.streams is not None:
+            channels.append(CHANNEL_STREAM)
+        return channels
 
     def run(self) -> None:
         """Listen until the worker stops."""
@@ -52,7 +62,7 @@ class Notifier:
                         listener = self.engine.listener()
                     except NotSupported:
                         return  # no session for LISTEN (a transaction pooler): poll
-                    listener.listen([CHANNEL_INSERT, CHANNEL_CONTROL, CHANNEL_LEADER])
+                    listener.listen(self.channels())
                     if not first:
                         logger.info("listening again")
                         self.control.wake_all()

@@ -176,6 +176,7 @@ class Worker:
                 session, elector, interval=float(self.config.maintenance_interval or 1)
             )
             self.control.elect = self.maintainer.wake
+            self.control.streams = self.maintainer.wake_streams
         self.heartbeat = Heartbeat(
             self.engine,
             self.control,

@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 
 import django_hopper
-from django_hopper.models import Client
+from django_hopper.models import Client, Leader
 from tests.support.runtime import get, insert, wait_for
 from tests.testapp import jobs
 from tests.testapp.models import Effect
@@ -86,3 +86,19 @@ def test_the_listener_reconnects_after_its_backend_is_terminated(tx_engine, proc
     wait_for(lambda: get(tx_engine, job).state == "completed", timeout=8)
     assert get(tx_engine, job).output == 7
     assert all(p.poll() is None for p in processes.procs), processes.logs()
+
+
+def test_a_stream_append_wakes_the_leaders_pump(tx_engine, processes):
+    """Rounds are 30 s apart: a delivery within seconds came through the append's notice."""
+    django_hopper.consume("woken", "orders.#", jobs.on_message, start="latest", save=True)
+    start_idle_worker(processes)
+    wait_for(lambda: Leader.objects.exists(), timeout=20)
+    time.sleep(0.5)  # past its first round, now waiting 30 s for the next
+    django_hopper.append("orders.created", {"id": 1})
+    done = wait_for(
+        lambda: [
+            j for j in django_hopper.list_jobs(kinds=jobs.on_message.kind, states="completed")
+        ],
+        timeout=5,
+    )
+    assert done[0].output["topic"] == "orders.created"

@@ -12,12 +12,33 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Sequence
+from typing import Any
 
-from django_hopper.engine.params import JobInsertOpts, PeriodicInsertParams, PeriodicRegisterParams
+from django_hopper.engine.params import (
+    JobInsertOpts,
+    PeriodicDisableParams,
+    PeriodicEnableParams,
+    PeriodicInsertParams,
+    PeriodicRegisterParams,
+)
 from django_hopper.engine.postgres.convert import dump_json, load_json
 from django_hopper.engine.postgres.support import PostgresSupport
 from django_hopper.ids import new_id
-from django_hopper.types import JobRow, PeriodicRegistrationRow
+from django_hopper.types import JobRow, PeriodicRegistrationRow, PeriodicSlotRow
+
+
+def slot_from_row(r: Sequence[Any]) -> PeriodicSlotRow:
+    """Build a PeriodicSlotRow from (name, last_slot, job_id, inserted_at, disabled_at,
+    enabled_at)."""
+    return PeriodicSlotRow(
+        name=r[0],
+        last_slot=r[1],
+        job_id=r[2],
+        inserted_at=r[3],
+        disabled_at=r[4],
+        enabled_at=r[5],
+    )
 
 
 class PostgresPeriodicMixin(PostgresSupport):
@@ -91,3 +112,19 @@ class PostgresPeriodicMixin(PostgresSupport):
                 "periodic_registrations", {"now": now}
             )
         ]
+
+    def _periodic_list(self) -> list[PeriodicSlotRow]:
+        """Return every recorded periodic state, by name."""
+        return [slot_from_row(r) for r in self._fetchall("periodic_list", {})]
+
+    def _periodic_disable(self, params: PeriodicDisableParams) -> PeriodicSlotRow:
+        """Upsert disabled_at, keeping an earlier one."""
+        row = self._fetchone("periodic_disable", {"name": params.name, "now": params.now})
+        assert row is not None
+        return slot_from_row(row)
+
+    def _periodic_enable(self, params: PeriodicEnableParams) -> PeriodicSlotRow:
+        """Clear disabled_at; record enabled_at if it was disabled."""
+        row = self._fetchone("periodic_enable", {"name": params.name, "now": params.now})
+        assert row is not None
+        return slot_from_row(row)

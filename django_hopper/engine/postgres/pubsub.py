@@ -7,16 +7,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_hopper.engine import topics
-from django_hopper.engine.params import JobInsertOpts, JobInsertResult, MessagePublishParams
+from django_hopper.engine.params import (
+    JobInsertOpts,
+    JobInsertResult,
+    MessagePublishParams,
+    SubscriptionDeleteParams,
+    SubscriptionPauseParams,
+    SubscriptionResumeParams,
+    SubscriptionResumeResult,
+)
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.support import PostgresSupport
 from django_hopper.ids import new_id
-from django_hopper.types import StreamConsumerRow, SubscriptionRow
+from django_hopper.types import HELD_AT, JobID, StreamConsumerRow, SubscriptionRow
 
 
 def subscription_from_row(r: Sequence[Any]) -> SubscriptionRow:
     """Build a SubscriptionRow from (name, pattern, kind, queue, max_attempts, metadata,
-    created_at, updated_at)."""
+    created_at, updated_at, paused_at)."""
     return SubscriptionRow(
         name=r[0],
         pattern=r[1],
@@ -26,6 +34,7 @@ def subscription_from_row(r: Sequence[Any]) -> SubscriptionRow:
         metadata=convert.load_json(r[5]) or {},
         created_at=r[6],
         updated_at=r[7],
+        paused_at=r[8],
     )
 
 
@@ -42,7 +51,7 @@ def route_columns(rows: Sequence[SubscriptionRow | StreamConsumerRow]) -> dict[s
 
 
 class PubSubMixin(PostgresSupport):
-    """subscription_upsert, subscription_list and message_publish."""
+    """Subscriptions (upsert, list, pause, resume, delete) and message_publish."""
 
     def _subscription_upsert(
         self, rows: Sequence[SubscriptionRow], now: dt.datetime | None = None
@@ -63,7 +72,7 @@ class PubSubMixin(PostgresSupport):
         """
         with self._atomic():
             rows = self._fetchall("message_publish", {"now": params.now})
-            db_now: dt.datetime = rows[0][8]
+            db_now: dt.datetime = rows[0][9]
             subs = [subscription_from_row(r) for r in rows if r[0] is not None]
             scheduled_at = db_now + params.delay if params.delay else None
             deliveries = topics.publish_deliveries(
@@ -74,3 +83,33 @@ class PubSubMixin(PostgresSupport):
             return self.job_insert_many(
                 deliveries, JobInsertOpts(notify=params.notify, now=params.now)
             )
+
+    def _subscription_pause(self, params: SubscriptionPauseParams) -> SubscriptionRow | None:
+        """Set paused_at, keeping an earlier one."""
+        row = self._fetchone("subscription_pause", {"name": params.name, "now": params.now})
+        return None if row is None else subscription_from_row(row)
+
+    def _subscription_resume(
+        self, params: SubscriptionResumeParams
+    ) -> SubscriptionResumeResult | None:
+        """Clear paused_at and make the held deliveries due now, in one transaction."""
+        args = {"name": params.name, "now": params.now}
+        with self._atomic():
+            row = self._fetchone("subscription_resume", args)
+            if row is None:
+                return None
+            queues = self._fetchall("subscription_resume.release", {**args, "held_at": HELD_AT})
+        return SubscriptionResumeResult(
+            subscription=subscription_from_row(row),
+            released=len(queues),
+            queues=sorted({q for (q,) in queues}),
+        )
+
+    def _subscription_delete(self, params: SubscriptionDeleteParams) -> SubscriptionRow | None:
+        """Delete the row; return it as it was."""
+        row = self._fetchone("subscription_delete", {"name": params.name})
+        return None if row is None else subscription_from_row(row)
+
+    def _subscription_waiting(self, name: str) -> list[JobID]:
+        """Return the IDs of the subscription's deliveries that are not running."""
+        return [r[0] for r in self._fetchall("subscription_delete.waiting", {"name": name})]

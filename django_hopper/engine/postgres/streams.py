@@ -18,6 +18,9 @@ from django_hopper.engine import topics
 from django_hopper.engine.params import (
     JobInsertOpts,
     StreamAppendParams,
+    StreamConsumerDeleteParams,
+    StreamConsumerPauseParams,
+    StreamConsumerResumeParams,
     StreamPruneParams,
     StreamPumpResult,
     StreamReadParams,
@@ -30,6 +33,8 @@ from django_hopper.exceptions import NotFound
 from django_hopper.ids import new_id
 from django_hopper.types import (
     CHANNEL_STREAM,
+    JobID,
+    StreamConsumerLag,
     StreamConsumerRow,
     StreamEvent,
     StreamPosition,
@@ -130,6 +135,7 @@ def consumer_from_row(r: Sequence[Any]) -> StreamConsumerRow:
         delivered_at=r[10],
         created_at=r[11],
         updated_at=r[12],
+        paused_at=r[13],
     )
 
 
@@ -264,7 +270,7 @@ class StreamsMixin(PostgresSupport):
             if row is None:
                 raise NotFound(f"no stream consumer is named {name!r}")
             consumer = consumer_from_row(row)
-            if limit == 0:
+            if topics.pump_stops(consumer, limit):
                 return StreamPumpResult(position=consumer.position)
             stored = Snapshot.parse(consumer.snapshot or EARLIEST_SNAPSHOT)
             rows = self._fetchall(
@@ -313,3 +319,43 @@ class StreamsMixin(PostgresSupport):
             "stream_prune",
             {"now": params.now, "retention": params.retention, "limit": params.limit},
         )
+
+    def _stream_consumer_pause(self, params: StreamConsumerPauseParams) -> StreamConsumerRow | None:
+        """Set paused_at, keeping an earlier one."""
+        row = self._fetchone("stream_consumer_pause", {"name": params.name, "now": params.now})
+        return None if row is None else consumer_from_row(row)
+
+    def _stream_consumer_resume(
+        self, params: StreamConsumerResumeParams
+    ) -> StreamConsumerRow | None:
+        """Clear paused_at."""
+        row = self._fetchone("stream_consumer_resume", {"name": params.name, "now": params.now})
+        return None if row is None else consumer_from_row(row)
+
+    def _stream_consumer_delete(
+        self, params: StreamConsumerDeleteParams
+    ) -> StreamConsumerRow | None:
+        """Delete the row; return it as it was."""
+        row = self._fetchone("stream_consumer_delete", {"name": params.name})
+        return None if row is None else consumer_from_row(row)
+
+    def _stream_consumer_waiting(self, name: str) -> list[JobID]:
+        """Return the IDs of the consumer's deliveries that are not running."""
+        return [r[0] for r in self._fetchall("stream_consumer_delete.waiting", {"name": name})]
+
+    def _stream_consumer_lag(
+        self, consumers: Sequence[StreamConsumerRow], cap: int
+    ) -> list[StreamConsumerLag]:
+        """Count each consumer's delta up to ``cap`` in one statement (patterns as regexes)."""
+        rows = self._fetchall(
+            "stream_consumer_lag",
+            {
+                "names": [c.name for c in consumers],
+                "regexes": [topics.pattern_regex(c.pattern) for c in consumers],
+                "cap": cap,
+            },
+        )
+        return [
+            StreamConsumerLag(name=name, events=int(waiting), oldest_at=oldest)
+            for name, waiting, oldest in rows
+        ]

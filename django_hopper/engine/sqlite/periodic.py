@@ -12,12 +12,34 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
 
-from django_hopper.engine.params import JobInsertOpts, PeriodicInsertParams, PeriodicRegisterParams
+from django_hopper.engine.params import (
+    JobInsertOpts,
+    PeriodicDisableParams,
+    PeriodicEnableParams,
+    PeriodicInsertParams,
+    PeriodicRegisterParams,
+)
 from django_hopper.engine.sqlite.convert import db_time, dumps, from_db_time
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.ids import new_id
-from django_hopper.types import JobRow, PeriodicRegistrationRow
+from django_hopper.types import JobRow, PeriodicRegistrationRow, PeriodicSlotRow
+
+
+def slot_from_row(r: Sequence[Any]) -> PeriodicSlotRow:
+    """Build a PeriodicSlotRow from (name, last_slot, job_id, inserted_at, disabled_at,
+    enabled_at), as SQLite stores them (times as text, the ID as hex)."""
+    return PeriodicSlotRow(
+        name=r[0],
+        last_slot=from_db_time(r[1]) if r[1] is not None else None,
+        job_id=uuid.UUID(r[2]) if r[2] is not None else None,
+        inserted_at=from_db_time(r[3]) if r[3] is not None else None,
+        disabled_at=from_db_time(r[4]) if r[4] is not None else None,
+        enabled_at=from_db_time(r[5]) if r[5] is not None else None,
+    )
 
 
 class SQLitePeriodicMixin(SQLiteSupport):
@@ -100,3 +122,26 @@ class SQLitePeriodicMixin(SQLiteSupport):
             )
             for name, definition, digest, client_id, started_at, registered_at in rows
         ]
+
+    @translate_errors
+    def _periodic_list(self) -> list[PeriodicSlotRow]:
+        """Return every recorded periodic state, by name."""
+        with self._cursor() as cursor:
+            cursor.execute(Q["periodic_list"], {})
+            return [slot_from_row(r) for r in cursor.fetchall()]
+
+    @translate_errors
+    def _periodic_disable(self, params: PeriodicDisableParams) -> PeriodicSlotRow:
+        """Upsert disabled_at, keeping an earlier one."""
+        _, now_text = self._now(params.now)
+        with self._atomic(), self._cursor() as cursor:
+            cursor.execute(Q["periodic_disable"], {"name": params.name, "now": now_text})
+            return slot_from_row(cursor.fetchone())
+
+    @translate_errors
+    def _periodic_enable(self, params: PeriodicEnableParams) -> PeriodicSlotRow:
+        """Clear disabled_at; record enabled_at if it was disabled."""
+        _, now_text = self._now(params.now)
+        with self._atomic(), self._cursor() as cursor:
+            cursor.execute(Q["periodic_enable"], {"name": params.name, "now": now_text})
+            return slot_from_row(cursor.fetchone())

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from django_hopper.engine import topics
-from django_hopper.engine.params import JobInsertOpts, JobInsertResult, MessagePublishParams
-from django_hopper.engine.sqlite.convert import _loads, dumps, from_db_time
+from django_hopper.engine.params import (
+    JobInsertOpts,
+    JobInsertResult,
+    MessagePublishParams,
+    SubscriptionDeleteParams,
+    SubscriptionPauseParams,
+    SubscriptionResumeParams,
+    SubscriptionResumeResult,
+)
+from django_hopper.engine.sqlite.convert import _loads, db_time, dumps, from_db_time
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.ids import new_id
-from django_hopper.types import StreamConsumerRow, SubscriptionRow
+from django_hopper.types import HELD_AT, JobID, StreamConsumerRow, SubscriptionRow
 
 
 def load_object(value: Any) -> Any:
@@ -23,7 +32,7 @@ def load_object(value: Any) -> Any:
 
 def subscription_from_row(r: Sequence[Any]) -> SubscriptionRow:
     """Build a SubscriptionRow from (name, pattern, kind, queue, max_attempts, metadata,
-    created_at, updated_at)."""
+    created_at, updated_at, paused_at)."""
     return SubscriptionRow(
         name=r[0],
         pattern=r[1],
@@ -33,6 +42,7 @@ def subscription_from_row(r: Sequence[Any]) -> SubscriptionRow:
         metadata=load_object(r[5]) or {},
         created_at=from_db_time(r[6]),
         updated_at=from_db_time(r[7]),
+        paused_at=from_db_time(r[8]),
     )
 
 
@@ -50,7 +60,7 @@ def route_params(row: SubscriptionRow | StreamConsumerRow, now_s: str) -> dict[s
 
 
 class PubSubMixin(SQLiteSupport):
-    """subscription_upsert, subscription_list and message_publish."""
+    """Subscriptions (upsert, list, pause, resume, delete) and message_publish."""
 
     @translate_errors
     def _subscription_upsert(
@@ -92,3 +102,49 @@ class PubSubMixin(SQLiteSupport):
             return self.job_insert_many(
                 deliveries, JobInsertOpts(notify=params.notify, now=params.now)
             )
+
+    @translate_errors
+    def _subscription_pause(self, params: SubscriptionPauseParams) -> SubscriptionRow | None:
+        """Set paused_at, keeping an earlier one."""
+        _, now_s = self._now(params.now)
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["subscription_pause"], {"name": params.name, "now": now_s})
+            row = c.fetchone()
+        return None if row is None else subscription_from_row(row)
+
+    @translate_errors
+    def _subscription_resume(
+        self, params: SubscriptionResumeParams
+    ) -> SubscriptionResumeResult | None:
+        """Clear paused_at and make the held deliveries due now, in one transaction."""
+        _, now_s = self._now(params.now)
+        args = {"name": params.name, "now": now_s}
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["subscription_resume"], args)
+            row = c.fetchone()
+            if row is None:
+                return None
+            c.execute(
+                Q["subscription_resume.release"], {**args, "held_at": db_time(HELD_AT, "held_at")}
+            )
+            queues = [q for (q,) in c.fetchall()]
+        return SubscriptionResumeResult(
+            subscription=subscription_from_row(row),
+            released=len(queues),
+            queues=sorted(set(queues)),
+        )
+
+    @translate_errors
+    def _subscription_delete(self, params: SubscriptionDeleteParams) -> SubscriptionRow | None:
+        """Delete the row; return it as it was."""
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["subscription_delete"], {"name": params.name})
+            row = c.fetchone()
+        return None if row is None else subscription_from_row(row)
+
+    @translate_errors
+    def _subscription_waiting(self, name: str) -> list[JobID]:
+        """Return the IDs of the subscription's deliveries that are not running."""
+        with self._cursor() as c:
+            c.execute(Q["subscription_delete.waiting"], {"name": name})
+            return [uuid.UUID(r[0]) for r in c.fetchall()]

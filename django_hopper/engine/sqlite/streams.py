@@ -8,6 +8,8 @@ has read, and no event can commit behind it later.
 from __future__ import annotations
 
 import datetime as dt
+import json
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +17,9 @@ from django_hopper.engine import topics
 from django_hopper.engine.params import (
     JobInsertOpts,
     StreamAppendParams,
+    StreamConsumerDeleteParams,
+    StreamConsumerPauseParams,
+    StreamConsumerResumeParams,
     StreamPruneParams,
     StreamPumpResult,
     StreamReadParams,
@@ -25,7 +30,13 @@ from django_hopper.engine.sqlite.pubsub import load_object, route_params
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.exceptions import NotFound
 from django_hopper.ids import new_id
-from django_hopper.types import StreamConsumerRow, StreamEvent, StreamPosition
+from django_hopper.types import (
+    JobID,
+    StreamConsumerLag,
+    StreamConsumerRow,
+    StreamEvent,
+    StreamPosition,
+)
 
 
 def event_from_row(r: Sequence[Any]) -> StreamEvent:
@@ -57,6 +68,7 @@ def consumer_from_row(r: Sequence[Any]) -> StreamConsumerRow:
         delivered_at=from_db_time(r[10]),
         created_at=from_db_time(r[11]),
         updated_at=from_db_time(r[12]),
+        paused_at=from_db_time(r[13]),
     )
 
 
@@ -165,7 +177,7 @@ class StreamsMixin(SQLiteSupport):
             if row is None:
                 raise NotFound(f"no stream consumer is named {name!r}")
             consumer = consumer_from_row(row)
-            if limit == 0:
+            if topics.pump_stops(consumer, limit):
                 return StreamPumpResult(position=consumer.position)
             c.execute(
                 Q["stream_pump.events"],
@@ -205,3 +217,57 @@ class StreamsMixin(SQLiteSupport):
                 {"cutoff": db_time(now - params.retention), "limit": params.limit},
             )
             return int(c.rowcount)
+
+    def _consumer_update(
+        self, query: str, name: str, now: dt.datetime | None
+    ) -> StreamConsumerRow | None:
+        """Run one of the consumer's row updates; return the row, or None if unknown."""
+        _, now_s = self._now(now)
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q[query], {"name": name, "now": now_s})
+            row = c.fetchone()
+        return None if row is None else consumer_from_row(row)
+
+    @translate_errors
+    def _stream_consumer_pause(self, params: StreamConsumerPauseParams) -> StreamConsumerRow | None:
+        """Set paused_at, keeping an earlier one."""
+        return self._consumer_update("stream_consumer_pause", params.name, params.now)
+
+    @translate_errors
+    def _stream_consumer_resume(
+        self, params: StreamConsumerResumeParams
+    ) -> StreamConsumerRow | None:
+        """Clear paused_at."""
+        return self._consumer_update("stream_consumer_resume", params.name, params.now)
+
+    @translate_errors
+    def _stream_consumer_delete(
+        self, params: StreamConsumerDeleteParams
+    ) -> StreamConsumerRow | None:
+        """Delete the row; return it as it was."""
+        with self._atomic(), self._cursor() as c:
+            c.execute(Q["stream_consumer_delete"], {"name": params.name})
+            row = c.fetchone()
+        return None if row is None else consumer_from_row(row)
+
+    @translate_errors
+    def _stream_consumer_waiting(self, name: str) -> list[JobID]:
+        """Return the IDs of the consumer's deliveries that are not running."""
+        with self._cursor() as c:
+            c.execute(Q["stream_consumer_delete.waiting"], {"name": name})
+            return [uuid.UUID(r[0]) for r in c.fetchall()]
+
+    @translate_errors
+    def _stream_consumer_lag(
+        self, consumers: Sequence[StreamConsumerRow], cap: int
+    ) -> list[StreamConsumerLag]:
+        """Count each consumer's events after its seq up to ``cap``, in one statement."""
+        with self._cursor() as c:
+            c.execute(
+                Q["stream_consumer_lag"],
+                {"names": json.dumps([r.name for r in consumers]), "cap": cap},
+            )
+            return [
+                StreamConsumerLag(name=name, events=int(n), oldest_at=from_db_time(oldest))
+                for name, n, oldest in c.fetchall()
+            ]

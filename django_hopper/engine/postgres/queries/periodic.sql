@@ -4,14 +4,17 @@
 -- Record the slot only if it is later than the recorded one. Of two leaders,
 -- the second waits on the row (or the speculative insert) and then finds the
 -- WHERE false: a slot is recorded, and so inserted, at most once. The job
--- itself is inserted by job_insert_many in the same transaction.
+-- itself is inserted by job_insert_many in the same transaction. A disabled
+-- job records (and inserts) nothing: a disable and a slot serialize on the row.
 INSERT INTO hopper_periodic_slot (name, last_slot, job_id, inserted_at)
 VALUES (%(name)s, %(slot)s, %(job_id)s, coalesce(%(now)s::timestamptz, now()))
 ON CONFLICT (name) DO UPDATE
    SET last_slot = EXCLUDED.last_slot,
        job_id = EXCLUDED.job_id,
        inserted_at = EXCLUDED.inserted_at
- WHERE hopper_periodic_slot.last_slot < EXCLUDED.last_slot
+ WHERE (hopper_periodic_slot.last_slot IS NULL
+        OR hopper_periodic_slot.last_slot < EXCLUDED.last_slot)
+   AND hopper_periodic_slot.disabled_at IS NULL
 RETURNING name;
 
 -- name: periodic_insert.job_id
@@ -19,7 +22,32 @@ RETURNING name;
 UPDATE hopper_periodic_slot SET job_id = %(job_id)s WHERE name = %(name)s;
 
 -- name: periodic_last_slots
-SELECT name, last_slot FROM hopper_periodic_slot ORDER BY name;
+SELECT name, last_slot FROM hopper_periodic_slot WHERE last_slot IS NOT NULL ORDER BY name;
+
+-- name: periodic_list
+SELECT name, last_slot, job_id, inserted_at, disabled_at, enabled_at
+  FROM hopper_periodic_slot
+ ORDER BY name;
+
+-- name: periodic_disable
+-- Creates the state row of a job that has no slot yet; keeps the first disable.
+INSERT INTO hopper_periodic_slot (name, disabled_at)
+VALUES (%(name)s, coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (name) DO UPDATE
+   SET disabled_at = coalesce(hopper_periodic_slot.disabled_at, EXCLUDED.disabled_at)
+RETURNING name, last_slot, job_id, inserted_at, disabled_at, enabled_at;
+
+-- name: periodic_enable
+-- enabled_at settles the slots that fell while disabled: none of them is caught
+-- up. Enabling an enabled job changes nothing.
+INSERT INTO hopper_periodic_slot (name)
+VALUES (%(name)s)
+ON CONFLICT (name) DO UPDATE
+   SET disabled_at = NULL,
+       enabled_at = CASE WHEN hopper_periodic_slot.disabled_at IS NULL
+                         THEN hopper_periodic_slot.enabled_at
+                         ELSE coalesce(%(now)s::timestamptz, now()) END
+RETURNING name, last_slot, job_id, inserted_at, disabled_at, enabled_at;
 
 -- name: periodic_register
 -- Lock the client's row so that a concurrent prune or delete waits for this

@@ -22,7 +22,7 @@ SET pattern = excluded.pattern,
     updated_at = excluded.updated_at
 
 -- name: subscription_list
-SELECT name, pattern, kind, queue, max_attempts, metadata, created_at, updated_at
+SELECT name, pattern, kind, queue, max_attempts, metadata, created_at, updated_at, paused_at
 FROM hopper_subscription
 ORDER BY name
 
@@ -30,7 +30,45 @@ ORDER BY name
 -- The subscriptions a publish matches against (a small table), with the clock
 -- a delayed publish schedules from.
 SELECT s.name, s.pattern, s.kind, s.queue, s.max_attempts, s.metadata, s.created_at,
-       s.updated_at, c.now
+       s.updated_at, s.paused_at, c.now
 FROM (SELECT coalesce(%(now)s::timestamptz, now()) AS now) AS c
 LEFT JOIN hopper_subscription AS s ON true
 ORDER BY s.name
+
+-- name: subscription_pause
+-- A paused subscription stays paused from its first pause.
+UPDATE hopper_subscription
+SET paused_at = coalesce(paused_at, coalesce(%(now)s::timestamptz, now())),
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s
+RETURNING name, pattern, kind, queue, max_attempts, metadata, created_at, updated_at, paused_at
+
+-- name: subscription_resume
+UPDATE hopper_subscription
+SET paused_at = NULL,
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s
+RETURNING name, pattern, kind, queue, max_attempts, metadata, created_at, updated_at, paused_at
+
+-- name: subscription_resume.release
+-- The deliveries held while paused become due now: the claim of their queue (or
+-- the leader's scheduler) makes them available. Held ones sit at %(held_at)s,
+-- past every real schedule (index hopper_job_promote reaches them by time).
+UPDATE hopper_job
+SET scheduled_at = coalesce(%(now)s::timestamptz, now())
+WHERE state = 'scheduled'
+  AND scheduled_at >= %(held_at)s
+  AND metadata ->> 'subscription' = %(name)s
+RETURNING queue
+
+-- name: subscription_delete
+DELETE FROM hopper_subscription
+WHERE name = %(name)s
+RETURNING name, pattern, kind, queue, max_attempts, metadata, created_at, updated_at, paused_at
+
+-- name: subscription_delete.waiting
+-- The subscription's deliveries not running: waiting, scheduled, retrying or held.
+SELECT id FROM hopper_job
+WHERE state <> 'running'
+  AND metadata ->> 'subscription' = %(name)s
+ORDER BY id

@@ -57,7 +57,7 @@ SET pattern = excluded.pattern,
 
 -- name: stream_consumer_list
 SELECT name, pattern, kind, queue, max_attempts, metadata, start, snapshot, position_xid,
-       position_seq, delivered_at, created_at, updated_at
+       position_seq, delivered_at, created_at, updated_at, paused_at
 FROM hopper_stream_consumer
 ORDER BY name
 
@@ -69,7 +69,7 @@ SET snapshot = %(snapshot)s,
     updated_at = now()
 WHERE name = %(name)s
 RETURNING name, pattern, kind, queue, max_attempts, metadata, start, snapshot, position_xid,
-          position_seq, delivered_at, created_at, updated_at
+          position_seq, delivered_at, created_at, updated_at, paused_at
 
 -- name: stream_consumer_seek.time
 -- The first event appended at or after a time, in position order.
@@ -83,7 +83,7 @@ LIMIT 1
 -- Lock the consumer: a second pump of it waits here, then reads what the
 -- first one stored.
 SELECT name, pattern, kind, queue, max_attempts, metadata, start, snapshot, position_xid,
-       position_seq, delivered_at, created_at, updated_at
+       position_seq, delivered_at, created_at, updated_at, paused_at
 FROM hopper_stream_consumer
 WHERE name = %(name)s
 FOR UPDATE
@@ -152,3 +152,75 @@ WHERE seq IN (
     ORDER BY created_at
     LIMIT %(limit)s
 )
+
+-- name: stream_consumer_pause
+-- A paused consumer stays paused from its first pause. A pump holding the row
+-- finishes first; every later pump reads paused_at under the lock and stops.
+UPDATE hopper_stream_consumer
+SET paused_at = coalesce(paused_at, coalesce(%(now)s::timestamptz, now())),
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s
+RETURNING name, pattern, kind, queue, max_attempts, metadata, start, snapshot, position_xid,
+          position_seq, delivered_at, created_at, updated_at, paused_at
+
+-- name: stream_consumer_resume
+UPDATE hopper_stream_consumer
+SET paused_at = NULL,
+    updated_at = coalesce(%(now)s::timestamptz, now())
+WHERE name = %(name)s
+RETURNING name, pattern, kind, queue, max_attempts, metadata, start, snapshot, position_xid,
+          position_seq, delivered_at, created_at, updated_at, paused_at
+
+-- name: stream_consumer_delete
+DELETE FROM hopper_stream_consumer
+WHERE name = %(name)s
+RETURNING name, pattern, kind, queue, max_attempts, metadata, start, snapshot, position_xid,
+          position_seq, delivered_at, created_at, updated_at, paused_at
+
+-- name: stream_consumer_delete.waiting
+-- The consumer's deliveries not running (waiting, scheduled or retrying).
+SELECT id FROM hopper_job
+WHERE state <> 'running'
+  AND metadata ->> 'consumer' = %(name)s
+ORDER BY id
+
+-- name: stream_consumer_lag
+-- Per consumer, the events a pump would deliver now (its delta, as stream_pump.events
+-- reads it: committed in the statement's snapshot, not in the stored one, less the
+-- part of the position's transaction already delivered), counted up to %(cap)s, and
+-- when the first of them was appended. The consumers arrive as (name, regex) arrays.
+SELECT c.name, n.waiting, o.oldest
+FROM (SELECT pg_current_snapshot() AS snap) AS s,
+     unnest(%(names)s::text[], %(regexes)s::text[]) AS r(name, regex)
+JOIN hopper_stream_consumer AS c ON c.name = r.name
+CROSS JOIN LATERAL (
+    SELECT coalesce(c.snapshot, '1:1:')::pg_snapshot AS stored
+) AS k
+CROSS JOIN LATERAL (
+    SELECT count(*) AS waiting FROM (
+        SELECT 1
+        FROM hopper_stream_event AS ev
+        WHERE ((ev.xid = c.position_xid AND ev.seq > c.position_seq)
+               OR (ev.xid >= pg_snapshot_xmin(k.stored)::text::bigint
+                   AND ev.xid <> c.position_xid
+                   AND NOT pg_visible_in_snapshot(ev.xid::text::xid8, k.stored)))
+          AND pg_visible_in_snapshot(ev.xid::text::xid8, s.snap)
+          AND ev.topic ~ r.regex
+        LIMIT %(cap)s
+    ) AS w
+) AS n
+CROSS JOIN LATERAL (
+    SELECT min(ev.created_at) AS oldest FROM (
+        SELECT ev2.created_at
+        FROM hopper_stream_event AS ev2
+        WHERE ((ev2.xid = c.position_xid AND ev2.seq > c.position_seq)
+               OR (ev2.xid >= pg_snapshot_xmin(k.stored)::text::bigint
+                   AND ev2.xid <> c.position_xid
+                   AND NOT pg_visible_in_snapshot(ev2.xid::text::xid8, k.stored)))
+          AND pg_visible_in_snapshot(ev2.xid::text::xid8, s.snap)
+          AND ev2.topic ~ r.regex
+        ORDER BY ev2.xid, ev2.seq
+        LIMIT 1
+    ) AS ev
+) AS o
+ORDER BY c.name

@@ -19,12 +19,52 @@ SET pattern = excluded.pattern,
     updated_at = excluded.updated_at;
 
 -- name: subscription_list
-SELECT name, pattern, kind, queue, max_attempts, metadata, created_at, updated_at
+SELECT name, pattern, kind, queue, max_attempts, metadata, created_at, updated_at, paused_at
 FROM hopper_subscription
 ORDER BY name;
 
 -- name: message_publish
 -- The subscriptions a publish matches against (a small table).
-SELECT name, pattern, kind, queue, max_attempts, metadata, created_at, updated_at
+SELECT name, pattern, kind, queue, max_attempts, metadata, created_at, updated_at, paused_at
 FROM hopper_subscription
 ORDER BY name;
+
+-- name: subscription_pause
+-- A paused subscription stays paused from its first pause.
+UPDATE hopper_subscription
+SET paused_at = coalesce(paused_at, %(now)s),
+    updated_at = %(now)s
+WHERE name = %(name)s
+RETURNING name, pattern, kind, queue, max_attempts, metadata, created_at, updated_at, paused_at;
+
+-- name: subscription_resume
+UPDATE hopper_subscription
+SET paused_at = NULL,
+    updated_at = %(now)s
+WHERE name = %(name)s
+RETURNING name, pattern, kind, queue, max_attempts, metadata, created_at, updated_at, paused_at;
+
+-- name: subscription_resume.release
+-- The deliveries held while paused become due now: the claim of their queue (or
+-- the leader's scheduler) makes them available. Held ones sit at %(held_at)s,
+-- past every real schedule.
+UPDATE hopper_job
+SET scheduled_at = %(now)s
+WHERE state = 'scheduled'
+  AND scheduled_at >= %(held_at)s
+  AND CASE WHEN json_valid(metadata) AND json_type(metadata) = 'object'
+           THEN json_extract(metadata, '$.subscription') END = %(name)s
+RETURNING queue;
+
+-- name: subscription_delete
+DELETE FROM hopper_subscription
+WHERE name = %(name)s
+RETURNING name, pattern, kind, queue, max_attempts, metadata, created_at, updated_at, paused_at;
+
+-- name: subscription_delete.waiting
+-- The subscription's deliveries not running: waiting, scheduled, retrying or held.
+SELECT id FROM hopper_job
+WHERE state <> 'running'
+  AND CASE WHEN json_valid(metadata) AND json_type(metadata) = 'object'
+           THEN json_extract(metadata, '$.subscription') END = %(name)s
+ORDER BY id;

@@ -39,7 +39,7 @@ SET pattern = excluded.pattern,
 
 -- name: stream_consumer_list
 SELECT name, pattern, kind, queue, max_attempts, metadata, start, snapshot, position_xid,
-       position_seq, delivered_at, created_at, updated_at
+       position_seq, delivered_at, created_at, updated_at, paused_at
 FROM hopper_stream_consumer
 ORDER BY name;
 
@@ -59,7 +59,7 @@ SET position_xid = 0,
     updated_at = %(now)s
 WHERE name = %(name)s
 RETURNING name, pattern, kind, queue, max_attempts, metadata, start, snapshot, position_xid,
-          position_seq, delivered_at, created_at, updated_at;
+          position_seq, delivered_at, created_at, updated_at, paused_at;
 
 -- name: stream_pump
 -- Take the write lock with the consumer's row before reading anything.
@@ -67,7 +67,7 @@ UPDATE hopper_stream_consumer
 SET updated_at = updated_at
 WHERE name = %(name)s
 RETURNING name, pattern, kind, queue, max_attempts, metadata, start, snapshot, position_xid,
-          position_seq, delivered_at, created_at, updated_at;
+          position_seq, delivered_at, created_at, updated_at, paused_at;
 
 -- name: stream_pump.events
 SELECT seq, xid, topic, key, payload, headers, message_id, created_at
@@ -96,3 +96,51 @@ WHERE seq IN (
     ORDER BY created_at
     LIMIT %(limit)s
 );
+
+-- name: stream_consumer_pause
+-- A paused consumer stays paused from its first pause; a pump reads paused_at
+-- under the write lock and stops.
+UPDATE hopper_stream_consumer
+SET paused_at = coalesce(paused_at, %(now)s),
+    updated_at = %(now)s
+WHERE name = %(name)s
+RETURNING name, pattern, kind, queue, max_attempts, metadata, start, snapshot, position_xid,
+          position_seq, delivered_at, created_at, updated_at, paused_at;
+
+-- name: stream_consumer_resume
+UPDATE hopper_stream_consumer
+SET paused_at = NULL,
+    updated_at = %(now)s
+WHERE name = %(name)s
+RETURNING name, pattern, kind, queue, max_attempts, metadata, start, snapshot, position_xid,
+          position_seq, delivered_at, created_at, updated_at, paused_at;
+
+-- name: stream_consumer_delete
+DELETE FROM hopper_stream_consumer
+WHERE name = %(name)s
+RETURNING name, pattern, kind, queue, max_attempts, metadata, start, snapshot, position_xid,
+          position_seq, delivered_at, created_at, updated_at, paused_at;
+
+-- name: stream_consumer_delete.waiting
+-- The consumer's deliveries not running (waiting, scheduled or retrying).
+SELECT id FROM hopper_job
+WHERE state <> 'running'
+  AND CASE WHEN json_valid(metadata) AND json_type(metadata) = 'object'
+           THEN json_extract(metadata, '$.consumer') END = %(name)s
+ORDER BY id;
+
+-- name: stream_consumer_lag
+-- Per consumer (names as a JSON array), the matching events after its seq,
+-- counted up to %(cap)s, and when the first of them was appended.
+SELECT c.name,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM hopper_stream_event AS e
+            WHERE e.seq > c.position_seq AND hopper_topic_matches(c.pattern, e.topic)
+            LIMIT %(cap)s)),
+       (SELECT e.created_at FROM hopper_stream_event AS e
+        WHERE e.seq > c.position_seq AND hopper_topic_matches(c.pattern, e.topic)
+        ORDER BY e.seq
+        LIMIT 1)
+FROM hopper_stream_consumer AS c
+WHERE c.name IN (SELECT value FROM json_each(%(names)s))
+ORDER BY c.name;
