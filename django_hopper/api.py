@@ -4,19 +4,28 @@ These are the functions the admin actions, the management commands and user
 code call, so that each rule (what a retry of a discarded job does, what a
 cancel of a running job does) is written once, in the engine. Each takes a
 job ID as a ``uuid.UUID`` or its string form and runs on the Django
-connection of ``HOPPER["DATABASE"]``, so it joins the caller's transaction.
+connection of the database alias the job lives on, so it joins the caller's
+transaction on that alias.
+
+Where jobs live follows the topology (``HOPPER["QUEUE_DATABASES"]``, see
+:mod:`django_hopper.topology`): with queues on several aliases, a function
+given only an ID looks for the job on each alias in turn, ``DATABASE`` first
+(a job ID is a UUIDv7 made by hopper: one alias holds it), and acts there;
+``using=`` names the alias and skips the search. Listings read every alias
+(or the alias of ``queue``, or ``using``) and merge the pages by ID. With one
+alias (the usual case) nothing is searched: every call is one engine call.
 """
 
 from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from django_hopper import signals, validation
+from django_hopper import signals, topology, validation
 from django_hopper.engine import checks, get_engine
 from django_hopper.engine.params import (
     JobCancelManyParams,
@@ -29,7 +38,7 @@ from django_hopper.engine.params import (
     SubjectEraseParams,
 )
 from django_hopper.exceptions import InvalidJob, NotFound
-from django_hopper.types import ErasureRow, JobState
+from django_hopper.types import ErasureRow, JobOutcome, JobState
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -64,20 +73,56 @@ def parse_job_id(value: Any, field: str = "job_id") -> uuid.UUID:
 
 
 def _engine() -> BaseEngine:
-
+    """Return the engine of ``HOPPER["DATABASE"]``."""
     return get_engine()
 
 
-def get_job(job_id: uuid.UUID | str) -> JobRow:
-    """Return a job, live or from history; raise NotFound if there is none."""
+def _aliases(using: str | None) -> list[str]:
+    """Return the aliases to act on: ``using`` (checked), else every alias jobs live on."""
+    known = topology.aliases()
+    if using is None:
+        return known
+    if using not in known:
+        raise InvalidJob(
+            f"using must be an alias hopper's jobs live on ({', '.join(known)}), not {using!r}",
+            field="using",
+        )
+    return [using]
+
+
+def _find(jid: uuid.UUID, using: str | None) -> tuple[BaseEngine, JobRow | None]:
+    """Return the engine of the alias holding the job and the job (None: on no alias).
+
+    One read per alias tried, ``DATABASE`` first; not found anywhere, the
+    engine of the first alias is returned so that its call raises NotFound.
+    """
+    aliases = _aliases(using)
+    for alias in aliases:
+        engine = get_engine(alias)
+        row = engine.job_get(jid)
+        if row is not None:
+            return engine, row
+    return get_engine(aliases[0]), None
+
+
+def _engine_of(jid: uuid.UUID, using: str | None) -> BaseEngine:
+    """Return the engine of the alias holding the job, searching only with several aliases."""
+    aliases = _aliases(using)
+    if len(aliases) == 1:
+        return get_engine(aliases[0])
+    return _find(jid, using)[0]
+
+
+def get_job(job_id: uuid.UUID | str, *, using: str | None = None) -> JobRow:
+    """Return a job, live or from history, from the alias holding it; raise NotFound if none."""
     jid = parse_job_id(job_id)
-    row = _engine().job_get(jid)
+    row = _find(jid, using)[1]
     if row is None:
         raise NotFound(f"job {jid} does not exist")
     return row
 
 
-def cancel_job(job_id: uuid.UUID | str) -> JobRow:
+def cancel_job(job_id: uuid.UUID | str, *, using: str | None = None) -> JobRow:
     """Cancel a job and return it as it is afterwards.
 
     A waiting job moves to history as canceled at once. A running job gets a
@@ -86,9 +131,8 @@ def cancel_job(job_id: uuid.UUID | str) -> JobRow:
     returned unchanged. Raises NotFound for an unknown job.
     """
 
-    engine = _engine()
     jid = parse_job_id(job_id)
-    before = engine.job_get(jid)
+    engine, before = _find(jid, using)
     row = engine.job_cancel(JobCancelParams(id=jid))
     if before is not None and before.state in _WAITING and row.state == JobState.CANCELED:
         _announce_ending(row, engine.alias)
@@ -123,7 +167,9 @@ def _announce_endings(rows: list[JobRow], alias: str) -> None:
     transaction.on_commit(lambda: signals.send_logged(signals.jobs_ended, jobs=rows), using=alias)
 
 
-def retry_job(job_id: uuid.UUID | str, *, from_start: bool = False) -> JobRow:
+def retry_job(
+    job_id: uuid.UUID | str, *, from_start: bool = False, using: str | None = None
+) -> JobRow:
     """Make a job available to run now, and return it.
 
     A finished job (canceled, discarded or completed) moves back to the live
@@ -137,17 +183,19 @@ def retry_job(job_id: uuid.UUID | str, *, from_start: bool = False) -> JobRow:
         raise InvalidJob(
             f"from_start must be True or False, not {from_start!r}", field="from_start"
         )
-    return _engine().job_retry(JobRetryParams(id=parse_job_id(job_id), from_start=from_start))
+    jid = parse_job_id(job_id)
+    return _engine_of(jid, using).job_retry(JobRetryParams(id=jid, from_start=from_start))
 
 
-def delete_job(job_id: uuid.UUID | str) -> JobRow:
+def delete_job(job_id: uuid.UUID | str, *, using: str | None = None) -> JobRow:
     """Delete a job that is not running (live or history) and its logs; return it as it was.
 
     Raises JobRunning for a running job (cancel it instead), NotFound for an
     unknown job.
     """
 
-    return _engine().job_delete(JobDeleteParams(id=parse_job_id(job_id)))
+    jid = parse_job_id(job_id)
+    return _engine_of(jid, using).job_delete(JobDeleteParams(id=jid))
 
 
 def _ids(job_ids: Iterable[uuid.UUID | str]) -> list[uuid.UUID]:
@@ -157,23 +205,51 @@ def _ids(job_ids: Iterable[uuid.UUID | str]) -> list[uuid.UUID]:
     return [parse_job_id(i, "job_ids") for i in job_ids]
 
 
-def cancel_jobs(job_ids: Iterable[uuid.UUID | str]) -> JobManyResult:
-    """Cancel many jobs at once, each as :func:`cancel_job` would; return what happened to each.
+def _many(
+    ids: list[uuid.UUID],
+    using: str | None,
+    call: Callable[[BaseEngine, list[uuid.UUID]], JobManyResult],
+) -> JobManyResult:
+    """Run a set-based call on each alias in turn with the IDs not found so far; merge.
 
-    One engine statement for the set, not a call per job. The result maps
-    every ID to a ``JobOutcome``: canceled, cancel_requested (running),
-    finished (nothing to cancel) or not_found.
+    One statement per alias (one in all with one alias); each alias's part
+    commits on its own connection (there is no transaction across databases).
     """
-
-    engine = _engine()
-    result = engine.job_cancel_many(JobCancelManyParams(ids=_ids(job_ids)))
-    ended = [j for j in result.jobs if j.state == JobState.CANCELED]
-    if ended:
-        _announce_endings(ended, engine.alias)
+    aliases = _aliases(using)
+    result = call(get_engine(aliases[0]), ids)
+    for alias in aliases[1:]:
+        missing = result.ids(JobOutcome.NOT_FOUND)
+        if not missing:
+            break
+        found = call(get_engine(alias), missing)
+        result.outcomes.update(
+            (i, o) for i, o in found.outcomes.items() if o != JobOutcome.NOT_FOUND
+        )
+        result.jobs.extend(found.jobs)
     return result
 
 
-def retry_jobs(job_ids: Iterable[uuid.UUID | str], *, from_start: bool = False) -> JobManyResult:
+def cancel_jobs(job_ids: Iterable[uuid.UUID | str], *, using: str | None = None) -> JobManyResult:
+    """Cancel many jobs at once, each as :func:`cancel_job` would; return what happened to each.
+
+    One engine statement for the set (per alias), not a call per job. The
+    result maps every ID to a ``JobOutcome``: canceled, cancel_requested
+    (running), finished (nothing to cancel) or not_found.
+    """
+
+    def cancel(engine: BaseEngine, ids: list[uuid.UUID]) -> JobManyResult:
+        result = engine.job_cancel_many(JobCancelManyParams(ids=ids))
+        ended = [j for j in result.jobs if j.state == JobState.CANCELED]
+        if ended:
+            _announce_endings(ended, engine.alias)
+        return result
+
+    return _many(_ids(job_ids), using, cancel)
+
+
+def retry_jobs(
+    job_ids: Iterable[uuid.UUID | str], *, from_start: bool = False, using: str | None = None
+) -> JobManyResult:
     """Retry many jobs at once, each as :func:`retry_job` would; return what happened to each.
 
     What ``retry_job`` raises becomes the job's outcome (running,
@@ -185,18 +261,29 @@ def retry_jobs(job_ids: Iterable[uuid.UUID | str], *, from_start: bool = False) 
         raise InvalidJob(
             f"from_start must be True or False, not {from_start!r}", field="from_start"
         )
-    return _engine().job_retry_many(JobRetryManyParams(ids=_ids(job_ids), from_start=from_start))
+    return _many(
+        _ids(job_ids),
+        using,
+        lambda engine, ids: engine.job_retry_many(
+            JobRetryManyParams(ids=ids, from_start=from_start)
+        ),
+    )
 
 
-def delete_jobs(job_ids: Iterable[uuid.UUID | str]) -> JobManyResult:
+def delete_jobs(job_ids: Iterable[uuid.UUID | str], *, using: str | None = None) -> JobManyResult:
     """Delete many jobs at once, each as :func:`delete_job` would; running ones are refused."""
 
-    return _engine().job_delete_many(JobDeleteManyParams(ids=_ids(job_ids)))
+    return _many(
+        _ids(job_ids),
+        using,
+        lambda engine, ids: engine.job_delete_many(JobDeleteManyParams(ids=ids)),
+    )
 
 
-def job_logs(job_id: uuid.UUID | str) -> list[AttemptLog]:
+def job_logs(job_id: uuid.UUID | str, *, using: str | None = None) -> list[AttemptLog]:
     """Return the log lines of a job's attempts, oldest attempt first."""
-    return _engine().job_logs(parse_job_id(job_id))
+    jid = parse_job_id(job_id)
+    return _engine_of(jid, using).job_logs(jid)
 
 
 def _strings(value: str | Iterable[str] | None, field: str) -> tuple[str, ...]:
@@ -225,12 +312,17 @@ def list_jobs(
     tags_any: str | Iterable[str] | None = None,
     tags_all: str | Iterable[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
+    using: str | None = None,
 ) -> list[JobRow]:
     """Return live and history jobs matching every filter given, in ID (creation) order.
 
     ``after`` is the cursor of the next page: pass the last ID of a page.
     ``metadata`` keeps jobs whose metadata contains the given object.
     ``ordering_key`` needs ``queue`` (a key is a lane within its queue).
+    With queues on several aliases the page covers every alias (``limit``
+    rows from each, merged by ID and cut to ``limit``: IDs are ordered across
+    aliases, so ``after`` pages through all of them); ``queue`` reads only its
+    alias, ``using`` only the alias named.
     """
 
     state_tuple = _strings(states, "states")
@@ -267,7 +359,17 @@ def list_jobs(
         tags_all=_strings(tags_all, "tags_all"),
         metadata=dict(metadata) if metadata is not None else None,
     )
-    return _engine().job_list(params)
+    if using is not None:
+        aliases = _aliases(using)
+    elif queue is not None:
+        aliases = [topology.queue_alias(queue)]
+    else:
+        aliases = topology.aliases()
+    if len(aliases) == 1:
+        return get_engine(aliases[0]).job_list(params)
+    rows = [row for alias in aliases for row in get_engine(alias).job_list(params)]
+    rows.sort(key=lambda row: row.id, reverse=bool(newest_first))
+    return rows[:limit]
 
 
 def erase_subject(subject: str) -> ErasureRow:

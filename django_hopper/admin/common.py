@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
@@ -16,13 +17,13 @@ from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import Model, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, QueryDict
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import is_aware, localtime
 
-from django_hopper import queues
+from django_hopper import queues, topology
 from django_hopper.admin.pagination import COUNT_VAR, EstimatedCountPaginator, HopperChangeList
 from django_hopper.exceptions import HopperError
 from django_hopper.models import Job, JobHistory
@@ -79,30 +80,75 @@ def admin_url(model: str, view: str, *args: Any) -> str:
     return reverse(f"admin:django_hopper_{model}_{view}", args=[quote(a) for a in args])
 
 
-def job_url(job_id: uuid.UUID, state: str) -> str:
-    """Return the admin page of a job: history for finished states, live otherwise."""
-    return admin_url("jobhistory" if state in FINAL_STATES else "job", "change", job_id)
+#: The query parameter naming the database alias a job page or list reads.
+DATABASE_VAR = "database"
 
 
-def job_refs(ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, tuple[str, str | None]]:
+def request_alias(request: HttpRequest) -> str | None:
+    """Return the alias a job page or list reads (``?database=``), or None for ``DATABASE``.
+
+    Only with queues on several aliases (``HOPPER["QUEUE_DATABASES"]``), and
+    only an alias hopper's jobs live on. A job page opened from a filtered
+    list finds it in the list's preserved filters.
+    """
+    aliases = topology.aliases()
+    if len(aliases) < 2:
+        return None
+    alias = request.GET.get(DATABASE_VAR)
+    if alias is None:
+        alias = QueryDict(request.GET.get("_changelist_filters", "")).get(DATABASE_VAR)
+    return alias if alias in aliases and alias != aliases[0] else None
+
+
+def job_url(job_id: uuid.UUID, state: str, alias: str | None = None) -> str:
+    """Return the admin page of a job: history for finished states, live otherwise.
+
+    ``alias`` (a job on another alias than ``DATABASE``) is named in the URL.
+    """
+    url = admin_url("jobhistory" if state in FINAL_STATES else "job", "change", job_id)
+    if alias is not None and alias != topology.aliases()[0]:
+        url += "?" + urlencode({DATABASE_VAR: alias})
+    return url
+
+
+def job_refs(
+    ids: Iterable[uuid.UUID], alias: str | None = None
+) -> dict[uuid.UUID, tuple[str, str | None]]:
     """Return (state, step) of each job found, live first, then history: two queries at most.
 
     A job moves from live to history when it finishes, so the page it lives
     on is only known by looking; jobs in neither (deleted, or past retention)
-    are left out.
+    are left out. ``alias`` reads another alias than the router's.
     """
     wanted = set(ids)
     if not wanted:
         return {}
+    live, history = Job.objects.all(), JobHistory.objects.all()
+    if alias is not None:
+        live, history = live.using(alias), history.using(alias)
     refs: dict[uuid.UUID, tuple[str, str | None]] = {
         i: (state, step)
-        for i, state, step in Job.objects.filter(id__in=wanted).values_list("id", "state", "step")
+        for i, state, step in live.filter(id__in=wanted).values_list("id", "state", "step")
     }
     rest = wanted - refs.keys()
     if rest:
-        rows = JobHistory.objects.filter(id__in=rest).values_list("id", "state", "step")
+        rows = history.filter(id__in=rest).values_list("id", "state", "step")
         refs.update({i: (state, step) for i, state, step in rows})
     return refs
+
+
+def find_job(job_id: uuid.UUID) -> tuple[str, str | None] | None:
+    """Return (state, alias) of a job on whichever alias holds it, or None.
+
+    ``DATABASE`` first (read as the router says), then each alias of
+    ``HOPPER["QUEUE_DATABASES"]``: two queries per alias tried at most.
+    """
+    aliases = topology.aliases()
+    for i, alias in enumerate(aliases):
+        refs = job_refs([job_id], None if i == 0 else alias)
+        if job_id in refs:
+            return refs[job_id][0], None if i == 0 else alias
+    return None
 
 
 def job_link(job_id: uuid.UUID | None, state: str | None, label: str | None = None) -> SafeString:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -16,22 +17,24 @@ from django.urls import URLPattern, path
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from django_hopper import api
+from django_hopper import api, topology
 from django_hopper.admin.bulk import apply_in_chunks, count_into
 from django_hopper.admin.common import (
     EMPTY,
     FieldsetsViewAdmin,
     Outcomes,
     admin_url,
+    find_job,
     job_link,
     job_refs,
     job_url,
     pretty,
+    request_alias,
     seconds_text,
     time_column,
     time_text,
 )
-from django_hopper.admin.filters import KindFilter, QueueFilter, StateFilter
+from django_hopper.admin.filters import DatabaseFilter, KindFilter, QueueFilter, StateFilter
 from django_hopper.exceptions import HopperError
 from django_hopper.jobs import registry
 from django_hopper.models import (
@@ -41,6 +44,12 @@ from django_hopper.models import (
     JobHistory,
 )
 from django_hopper.types import AttemptError, JobManyResult, Progress
+
+
+def _alias_of(obj: Model) -> str | None:
+    """Return the alias a job row was read from, when hopper's jobs live there."""
+    alias = obj._state.db
+    return alias if alias in topology.aliases() else None
 
 
 class JobAdminBase(FieldsetsViewAdmin):
@@ -55,7 +64,7 @@ class JobAdminBase(FieldsetsViewAdmin):
         "scheduled",
         "attempted",
     )
-    list_filter = (StateFilter, QueueFilter, KindFilter)
+    list_filter = (DatabaseFilter, StateFilter, QueueFilter, KindFilter)
     search_fields = ("kind",)  # shows the search box; get_search_results decides what matches
     search_help_text = (
         "A job ID (exact), a kind (exact), or part of a kind registered in this process."
@@ -65,7 +74,7 @@ class JobAdminBase(FieldsetsViewAdmin):
     sortable_by = ("job_id",)
     list_per_page = 50
     #: The query parameters a page may filter by: each served by an index.
-    FILTER_PARAMS = frozenset({"state", "queue", "kind", "batch_id", "attempted_by"})
+    FILTER_PARAMS = frozenset({"database", "state", "queue", "kind", "batch_id", "attempted_by"})
     actions = ("retry_jobs", "cancel_jobs", "delete_jobs")
     fieldsets: Any = (
         (None, {"fields": ("id", "kind", "queue", "state", "priority", "attempts")}),
@@ -94,6 +103,12 @@ class JobAdminBase(FieldsetsViewAdmin):
     cancel_requested = time_column("cancel_requested_at", "cancel requested at")
 
     # -- a page costs the same whatever the table's size -------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        """Read the alias the request names (``?database=``), else as the router says."""
+        queryset = super().get_queryset(request)
+        alias = request_alias(request)
+        return queryset if alias is None else queryset.using(alias)
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         """Allow filters an index serves; refuse the rest (a 400, never a full scan or a 500)."""
@@ -241,7 +256,7 @@ class JobAdminBase(FieldsetsViewAdmin):
     def logs_pretty(self, obj: Job | JobHistory) -> SafeString:
         """Show the attempt logs, read through the api (they live in their own table)."""
         try:
-            logs = api.job_logs(obj.id)
+            logs = api.job_logs(obj.id, using=_alias_of(obj))
         except HopperError as exc:
             return format_html("<em>logs unavailable: {}</em>", exc)
         if not logs:
@@ -315,10 +330,10 @@ class JobAdminBase(FieldsetsViewAdmin):
             job_id = uuid.UUID(unquote(object_id))
         except ValueError:
             raise Http404(f"no job {unquote(object_id)!r}") from None
-        refs = job_refs([job_id])
-        if job_id not in refs:
+        found = find_job(job_id)
+        if found is None:
             raise Http404(f"job {job_id} does not exist (deleted, or past retention)")
-        return HttpResponseRedirect(job_url(job_id, refs[job_id][0]))
+        return HttpResponseRedirect(job_url(job_id, *found))
 
     def change_view(
         self,
@@ -332,10 +347,11 @@ class JobAdminBase(FieldsetsViewAdmin):
             job_id = uuid.UUID(unquote(object_id))
         except ValueError:
             job_id = None
-        if job_id is not None and not self.model._default_manager.filter(id=job_id).exists():
-            refs = job_refs([job_id])
+        if job_id is not None and not self.get_queryset(request).filter(id=job_id).exists():
+            alias = request_alias(request)
+            refs = job_refs([job_id], alias)
             if job_id in refs:
-                return HttpResponseRedirect(job_url(job_id, refs[job_id][0]))
+                return HttpResponseRedirect(job_url(job_id, refs[job_id][0], alias))
         context = {
             **(extra_context or {}),
             "hopper_act_url": admin_url(self.opts.model_name, "act", object_id),
@@ -363,9 +379,9 @@ class JobAdminBase(FieldsetsViewAdmin):
         except ValueError:
             raise Http404(f"no job {unquote(object_id)!r}") from None
         outcomes = Outcomes(verb, "job", deletion=deletion)
-        count_into(outcomes, call([job_id]))
+        count_into(outcomes, call([job_id]))  # on whichever alias holds the job
         self.report(request, outcomes, job_id)
-        if job_id not in job_refs([job_id]):
+        if find_job(job_id) is None:
             return HttpResponseRedirect(admin_url(self.opts.model_name, "changelist"))
         return HttpResponseRedirect(admin_url(self.opts.model_name, "find", job_id))
 
@@ -375,12 +391,15 @@ class JobAdminBase(FieldsetsViewAdmin):
         self,
         request: HttpRequest,
         queryset: QuerySet[Any],
-        call: Callable[[list[uuid.UUID]], JobManyResult],
+        call: Callable[..., JobManyResult],
         verb: str,
         deletion: bool = False,
     ) -> None:
         """Apply a bulk api function to the selection in chunks; report once, log once."""
         outcomes = Outcomes(verb, "job", deletion=deletion)
+        aliases = topology.aliases()
+        if len(aliases) > 1 and queryset.db in aliases:
+            call = functools.partial(call, using=queryset.db)  # the alias the list reads
         seen = apply_in_chunks(queryset, call, outcomes)
         self.report(request, outcomes, seen[0] if len(seen) == 1 else None)
 

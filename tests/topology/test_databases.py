@@ -8,6 +8,7 @@ transaction; a worker process serves the queues of one alias (``--database``).
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,12 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connections, transaction
 from django.test import override_settings
+from django.urls import reverse
 
 import django_hopper
+from django_hopper import api
 from django_hopper.engine import get_engine
+from django_hopper.exceptions import InvalidJob, NotFound
 from tests.support.runtime import Processes, wait_for
 from tests.testapp import jobs
 from tests.topology.conftest import POSTGRES
@@ -104,6 +108,107 @@ def test_hopper_worker__serves_by_default_the_queues_of_its_database():
     with placed("second"):
         assert _queues_on("second", {"default": 2, "busy": 2}, explicit=False) == {"busy": 2}
         assert _queues_on("default", {"default": 2, "busy": 2}, explicit=False) == {"default": 2}
+
+
+# -- the operator api and the admin follow the topology ---------------------------
+
+
+@pytest.mark.parametrize("alias", SECOND)
+def test_api__each_job_is_found_and_acted_on_on_its_queues_alias(alias: str):
+    with placed(alias):
+        busy = jobs.add.using(queue="busy").enqueue(1, 2)
+
+        assert api.get_job(busy.id).queue == "busy"
+        assert api.job_logs(busy.id) == []
+        assert api.cancel_job(str(busy.id)).state == "canceled"
+        assert get_engine(alias).job_get(busy.id).state == "canceled"
+        assert api.retry_job(busy.id).state == "available"
+        assert api.delete_job(busy.id).id == busy.id
+        assert not on(alias, busy.id)
+        with pytest.raises(NotFound):
+            api.get_job(busy.id)
+
+
+@pytest.mark.parametrize("alias", SECOND)
+def test_api__using_names_the_alias_and_refuses_one_hopper_does_not_use(alias: str):
+    with placed(alias):
+        busy = jobs.add.using(queue="busy").enqueue(1, 2)
+
+        assert api.get_job(busy.id, using=alias).id == busy.id
+        with pytest.raises(NotFound):
+            api.get_job(busy.id, using="default")
+        with pytest.raises(InvalidJob, match="using must be an alias"):
+            api.cancel_job(busy.id, using="nowhere")
+
+
+@pytest.mark.parametrize("alias", SECOND)
+def test_api_bulk__acts_on_every_alias_in_one_call(alias: str):
+    with placed(alias):
+        busy = jobs.add.using(queue="busy").enqueue(1, 2)
+        plain = jobs.add.enqueue(3, 4)
+        unknown = uuid.uuid4()
+
+        result = api.cancel_jobs([busy.id, plain.id, unknown])
+
+        assert result.outcomes == {busy.id: "canceled", plain.id: "canceled", unknown: "not_found"}
+        assert get_engine(alias).job_get(busy.id).state == "canceled"
+        assert get_engine("default").job_get(plain.id).state == "canceled"
+        assert api.retry_jobs([busy.id, plain.id]).ids("retried") == [busy.id, plain.id]
+        assert api.delete_jobs([busy.id, plain.id]).ids("deleted") == [busy.id, plain.id]
+
+
+@pytest.mark.parametrize("alias", SECOND)
+def test_list_jobs__pages_through_every_alias_by_id_or_reads_one(alias: str):
+    with placed(alias):
+        ids = [
+            (jobs.add.using(queue="busy") if i % 2 else jobs.add).enqueue(i, i).id for i in range(5)
+        ]
+
+        assert [j.id for j in api.list_jobs()] == ids
+        first = api.list_jobs(limit=2)
+        assert [j.id for j in first] == ids[:2]
+        assert [j.id for j in api.list_jobs(after=first[-1].id, limit=2)] == ids[2:4]
+        assert [j.id for j in api.list_jobs(newest_first=True, limit=3)] == ids[:1:-1]
+        assert [j.id for j in api.list_jobs(queue="busy")] == ids[1::2]
+        assert [j.id for j in api.list_jobs(using="default")] == ids[::2]
+
+
+@pytest.mark.parametrize("alias", SECOND)
+def test_admin__lists_each_alias_by_its_database_choice(alias: str, admin_client: Any):
+    with placed(alias):
+        busy = jobs.add.using(queue="busy").enqueue(1, 2)
+        plain = jobs.add.enqueue(3, 4)
+        url = reverse("admin:django_hopper_job_changelist")
+
+        main = admin_client.get(url).content.decode()
+        assert str(plain.id) in main and str(busy.id) not in main
+        assert f"?database={alias}" in main  # the database filter offers the other alias
+        other = admin_client.get(url, {"database": alias}).content.decode()
+        assert str(busy.id) in other and str(plain.id) not in other
+
+
+@pytest.mark.parametrize("alias", SECOND)
+def test_admin__job_page_and_actions_act_on_the_jobs_alias(alias: str, admin_client: Any):
+    with placed(alias):
+        busy = jobs.add.using(queue="busy").enqueue(1, 2)
+        other = jobs.add.using(queue="busy").enqueue(5, 6)
+
+        found = admin_client.get(reverse("admin:django_hopper_job_find", args=[busy.id]))
+        assert found.status_code == 302
+        assert found["Location"].endswith(f"?database={alias}")
+        page = admin_client.get(found["Location"])
+        assert page.status_code == 200 and str(busy.id) in page.content.decode()
+
+        url = reverse("admin:django_hopper_job_changelist") + f"?database={alias}"
+        admin_client.post(
+            url, {"action": "cancel_jobs", "_selected_action": [str(busy.id)]}, follow=True
+        )
+        assert get_engine(alias).job_get(busy.id).state == "canceled"
+        assert get_engine(alias).job_get(other.id).state == "available"
+
+        act = reverse("admin:django_hopper_job_act", args=[other.id])
+        admin_client.post(act, {"verb": "cancel"})
+        assert get_engine(alias).job_get(other.id).state == "canceled"
 
 
 class PlacedProcesses(Processes):
