@@ -138,8 +138,12 @@ class JobAdminBase(FieldsetsViewAdmin):
     change_form_template = "admin/django_hopper/job/change_form.html"
 
     def get_fieldsets(self, request: HttpRequest, obj: Model | None = None) -> Any:
-        """Add the batch and workflow section to jobs that belong to one."""
+        """Add the batch and workflow section to jobs that belong to one, and the
+        data-subject section (first, so an erased job says so at the top) to jobs
+        with a subject or erased."""
         fieldsets = list(super().get_fieldsets(request, obj))
+        if isinstance(obj, Job | JobHistory) and (obj.subject or obj.erased_at):
+            fieldsets.insert(0, ("Data subject", {"fields": ("subject", "erased")}))
         if isinstance(obj, Job | JobHistory) and (obj.batch_id or obj.step):
             fieldsets.insert(
                 1,
@@ -151,6 +155,16 @@ class JobAdminBase(FieldsetsViewAdmin):
         return fieldsets
 
     # -- columns and fields -----------------------------------------------
+
+    @admin.display(description="erased")
+    def erased(self, obj: Job | JobHistory) -> str:
+        """Say that the job's data was erased, and when; or that it was not."""
+        if obj.erased_at is None:
+            return "no"
+        return (
+            f"erased at {time_text(obj.erased_at)}: its arguments, metadata, tags, keys, "
+            "errors, progress, output, step results and logs were removed (erase_subject)"
+        )
 
     @admin.display(description="ID", ordering="id")
     def job_id(self, obj: Job | JobHistory) -> SafeString:

@@ -84,3 +84,19 @@ def test_job_page__shows_a_timeline_and_wraps_long_errors(admin_client: HttpClie
     assert "enqueued" in body and "attempt 1 started" in body and "discarded" in body
     assert 'class="hopper-pre"' in body
     assert "django_hopper/admin.css" in body
+
+
+def test_job_page__says_a_job_was_erased_and_shows_none_of_its_data(
+    admin_client: HttpClient,
+) -> None:
+    job_id = testjobs.send_email.using(subject="user:42").enqueue("ada@example.com").id
+    live = admin_client.get(reverse("admin:django_hopper_job_change", args=[job_id]))
+    assert "user:42" in live.content.decode() and "ada@example.com" in live.content.decode()
+
+    api.erase_subject("user:42")
+
+    page = admin_client.get(reverse("admin:django_hopper_jobhistory_change", args=[job_id]))
+    body = page.content.decode()
+    assert page.status_code == 200
+    assert "erased at " in body and "(erase_subject)" in body
+    assert "ada@example.com" not in body and "user:42" not in body

@@ -7,6 +7,7 @@ functions at the end; do not change or remove existing ones.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from django_hopper import job
@@ -300,3 +301,18 @@ def rt_progress_keep_step(context: Any, n: int = 3) -> dict[str, Any]:
     for i in range(1, n + 1):
         context.record_progress(cursor={"i": i}, keep_step=True, no_wait=True)
     return {"step": context.progress.step, "cursor": context.progress.cursor}
+
+
+#: Opened by a test to let rt_gate finish (in-process workers only).
+GATE = threading.Event()
+
+
+@job(takes_context=True, max_attempts=1)
+def rt_gate(context: Any, name: str) -> dict[str, Any]:
+    """Record that it started, wait for GATE, then write progress, a log line and an
+    output that all carry ``name`` (what an erasure must keep out)."""
+    _effect(context, "started")
+    GATE.wait(10)
+    context.log(f"greeted {name}")
+    context.record_progress("greeted", {"name": name})
+    return {"greeted": name}
