@@ -376,3 +376,59 @@ def test_drive_due__refuses_a_bad_limit_or_deadline(kwargs: dict[str, Any], fiel
     with pytest.raises(InvalidJob) as info:
         drive_due(**kwargs)
     assert info.value.field == field
+
+
+# -- from cron: the commands ------------------------------------------------------------
+
+
+def test_hopper_drive__drives_due_runs_and_prints_the_report(engine: BaseEngine) -> None:
+    import io
+    import json
+
+    from django.core.management import call_command
+
+    handle = paged.start(n=1, instance="command")
+    out = io.StringIO()
+
+    call_command("hopper_drive", "--limit", "5", "--kind", paged.kind, "--json", stdout=out)
+
+    report = json.loads(out.getvalue())
+    assert (report["driven"], report["finished"], report["missed"], report["failed"]) == (
+        1,
+        1,
+        0,
+        0,
+    )
+    assert handle.refresh().state == JobState.COMPLETED
+
+
+def test_hopper_drive__exits_non_zero_on_a_failed_pass_when_asked(engine: BaseEngine) -> None:
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    flaky.start(budget=1, instance="command-fails")
+    out = io.StringIO()
+
+    with pytest.raises(CommandError) as info:
+        call_command(
+            "hopper_drive", "--kind", flaky.kind, "--fail-on-error", stdout=out, stderr=out
+        )
+
+    assert info.value.returncode == 4
+    assert "retry budget" in out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hopper_maintain_once__drives_due_runs_after_its_services(tx_engine: BaseEngine) -> None:
+    import io
+
+    from django.core.management import call_command
+
+    handle = single.start(instance="maintain")
+    out = io.StringIO()
+
+    call_command("hopper_maintain", "--once", "--drive-runs", "10", stdout=out)
+
+    assert handle.refresh().state == JobState.COMPLETED
+    assert '"finished": 1' in out.getvalue()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import socket
 import sys
 import threading
@@ -19,8 +20,9 @@ from django_hopper.engine.params import ClientRegisterParams, ClientRenewParams
 from django_hopper.exceptions import SchemaMismatch
 from django_hopper.maintenance import default_services
 from django_hopper.maintenance.leader import Elector
+from django_hopper.runs import drive_due
 from django_hopper.topology import maintenance_alias
-from django_hopper.worker import Worker, WorkerConfig
+from django_hopper.worker import Worker, WorkerConfig, import_job_modules
 from django_hopper.worker.db import close_thread_connections
 
 if TYPE_CHECKING:
@@ -64,6 +66,23 @@ class Command(BaseCommand):
             "--database",
             help="Database alias to maintain (default HOPPER['DATABASE']).",
         )
+        parser.add_argument(
+            "--drive-runs",
+            type=int,
+            default=0,
+            metavar="LIMIT",
+            help=(
+                "With --once: then drive up to LIMIT due resumable runs in this process "
+                "(as hopper_drive does), for a deploy with no worker for their queues."
+            ),
+        )
+        parser.add_argument(
+            "--drive-deadline",
+            type=float,
+            default=None,
+            metavar="SECONDS",
+            help="With --drive-runs: start no pass after this many seconds.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
 
@@ -75,7 +94,13 @@ class Command(BaseCommand):
         except SchemaMismatch as exc:
             raise CommandError(str(exc)) from exc
         engine = get_engine(alias)
+        drive = int(options.get("drive_runs") or 0)
+        if drive and not options["once"]:
+            raise CommandError("--drive-runs only applies to --once")
         if options["once"]:
+            # The job modules register resumable kinds, whose claims that never
+            # began the rescue counts as admission misses rather than attempts.
+            import_job_modules()
             # Through the direct connection behind a transaction pooler: the
             # passes take advisory locks and set session settings.
             self.once(
@@ -84,6 +109,9 @@ class Command(BaseCommand):
                 force=bool(options["force"]),
                 verbose=int(options.get("verbosity", 1)) >= 1,
             )
+            if drive:
+                report = drive_due(limit=drive, deadline=options.get("drive_deadline"))
+                self.stdout.write(f"drive_runs: {json.dumps(report.as_dict())}")
             return
         if options["force"] or options["wait"]:
             raise CommandError("--force and --wait only apply to --once")
