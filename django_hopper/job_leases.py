@@ -53,10 +53,9 @@ from django.db import transaction
 
 from django_hopper import registry as job_registry
 from django_hopper import signals, validation
-from django_hopper.api import parse_job_id
+from django_hopper.api import _find, parse_job_id
 from django_hopper.conf import hopper_settings
 from django_hopper.context import JobSnooze
-from django_hopper.engine import get_engine
 from django_hopper.engine.params import (
     JobClaimByIDParams,
     JobFinalize,
@@ -305,6 +304,7 @@ def claim_job(
     nowait: bool = ...,
     skip_locked: Literal[False] = ...,
     fence: int | None = ...,
+    using: str | None = ...,
 ) -> JobLease: ...
 
 
@@ -316,6 +316,7 @@ def claim_job(
     nowait: bool = ...,
     skip_locked: bool,
     fence: int | None = ...,
+    using: str | None = ...,
 ) -> JobLease | None: ...
 
 
@@ -326,6 +327,7 @@ def claim_job(
     nowait: bool = False,
     skip_locked: bool = False,
     fence: int | None = None,
+    using: str | None = None,
 ) -> JobLease | None:
     """Take a waiting job (available, scheduled or retryable, whatever its schedule)
     by ID under a new lease of ``lease`` (seconds or a timedelta, at least a second).
@@ -335,24 +337,46 @@ def claim_job(
     instead, and ``skip_locked=True`` returns None. ``fence`` pins the claim
     to the job as you read it (``get_job(id).fence``): if any claim took the
     job since, JobFenced. Without it, a job another claim took and ended in
-    the meantime is claimed at its new fence.
+    the meantime is claimed at its new fence. The job is found on the alias
+    its queue lives on (``QUEUE_DATABASES``), or on ``using``; the claim runs
+    on that alias's connection, in its transaction if one is open.
 
     Raises NotFound (no such job), JobNotClaimable (finished, pending, past
     its TTL, its queue paused, or behind an older job of its ordering key),
     JobRunning (a worker or another lease holds it). The queue's limits do not
     apply. Prefer :func:`lease_job`, which also ends the attempt on the way out.
     """
+    jid, ttl = _claim_args(job_id, lease, nowait, skip_locked, fence)
+    engine, current = _find(jid, using)
+    return _claim(engine, jid, current, ttl, nowait, skip_locked, fence)
+
+
+def _claim_args(
+    job_id: Any, lease: Any, nowait: Any, skip_locked: Any, fence: Any
+) -> tuple[JobID, dt.timedelta]:
+    """Refuse bad claim arguments before any read; return the ID and the lease's TTL."""
     jid = parse_job_id(job_id)
     ttl = _lease_ttl(lease)
     _wait_flags(nowait, skip_locked)
     if fence is not None and (type(fence) is not int or fence < 0):
         raise InvalidJob(f"fence must be a non-negative integer, not {fence!r}", field="fence")
-    engine = get_engine()
-    pinned = fence
+    return jid, ttl
+
+
+def _claim(
+    engine: BaseEngine,
+    jid: JobID,
+    current: JobRow | None,
+    ttl: dt.timedelta,
+    nowait: bool,
+    skip_locked: bool,
+    fence: int | None,
+) -> JobLease | None:
+    """Claim ``jid`` on ``engine`` at ``fence``, or at the fence of ``current`` (read
+    again when another claim took and ended the job since that read)."""
     for tries_left in range(_FENCE_RETRIES, 0, -1):
-        at = pinned
+        at = fence
         if at is None:
-            current = engine.job_get(jid)
             if current is None:
                 raise NotFound(f"job {jid} does not exist")
             at = current.fence
@@ -365,14 +389,17 @@ def claim_job(
                 return None
             raise
         except JobFenced:
-            if pinned is not None or tries_left == 1:
+            if fence is not None or tries_left == 1:
                 raise
-            continue  # another claim took and ended it since the read: read it again
+            current = engine.job_get(jid)  # taken and ended since the read: read it again
+            continue
         return JobLease(row.job, row.lease, row.expires_at, engine)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def resume_lease(job_id: JobID | str, *, token: uuid.UUID | str, fence: int) -> JobLease:
+def resume_lease(
+    job_id: JobID | str, *, token: uuid.UUID | str, fence: int, using: str | None = None
+) -> JobLease:
     """Return the lease ``(token, fence)`` on a job, to continue it in this process.
 
     Renews the lease at once, which proves it: raises JobFenced if the lease
@@ -383,8 +410,7 @@ def resume_lease(job_id: JobID | str, *, token: uuid.UUID | str, fence: int) -> 
     tok = parse_job_id(token, "token")
     if type(fence) is not int or fence < 0:
         raise InvalidJob(f"fence must be a non-negative integer, not {fence!r}", field="fence")
-    engine = get_engine()
-    job = engine.job_get(jid)
+    engine, job = _find(jid, using)
     if job is None:
         raise NotFound(f"job {jid} does not exist")
     status = engine.job_lease_renew(JobLeaseRenewParams(id=jid, lease=LeaseFence(tok, fence)))
@@ -401,6 +427,7 @@ def lease_job(
     nowait: bool = ...,
     skip_locked: Literal[False] = ...,
     fence: int | None = ...,
+    using: str | None = ...,
 ) -> AbstractContextManager[JobLease]: ...
 
 
@@ -412,6 +439,7 @@ def lease_job(
     nowait: bool = ...,
     skip_locked: bool,
     fence: int | None = ...,
+    using: str | None = ...,
 ) -> AbstractContextManager[JobLease | None]: ...
 
 
@@ -422,6 +450,7 @@ def lease_job(
     nowait: bool = False,
     skip_locked: bool = False,
     fence: int | None = None,
+    using: str | None = None,
 ) -> AbstractContextManager[JobLease | None]:
     """Take a job by ID for the ``with`` block (:func:`claim_job`), and end the
     attempt on the way out unless the block did.
@@ -434,30 +463,29 @@ def lease_job(
     cancels it, and a clean exit or another ``BaseException`` releases the
     job (waiting again at once, attempt given back).
     """
-    return _lease_block(job_id, lease=lease, nowait=nowait, skip_locked=skip_locked, fence=fence)
+    jid, ttl = _claim_args(job_id, lease, nowait, skip_locked, fence)
+    return _lease_block(jid, ttl, nowait, skip_locked, fence, using)
 
 
 @contextmanager
 def _lease_block(
-    job_id: JobID | str,
-    *,
-    lease: float | dt.timedelta,
+    jid: JobID,
+    ttl: dt.timedelta,
     nowait: bool,
     skip_locked: bool,
     fence: int | None,
+    using: str | None,
 ) -> Iterator[JobLease | None]:
-    engine = get_engine()
+    engine, current = _find(jid, using)
     if engine.connection.in_atomic_block:
         # One savepoint: an exception undoes the claim with the block's rows.
         with transaction.atomic(using=engine.alias):
-            held = claim_job(
-                job_id, lease=lease, nowait=nowait, skip_locked=skip_locked, fence=fence
-            )
+            held = _claim(engine, jid, current, ttl, nowait, skip_locked, fence)
             yield held
             if held is not None and not held._reported:
                 _close_unreported(held)
         return
-    held = claim_job(job_id, lease=lease, nowait=nowait, skip_locked=skip_locked, fence=fence)
+    held = _claim(engine, jid, current, ttl, nowait, skip_locked, fence)
     if held is None:
         yield None
         return

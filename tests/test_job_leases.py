@@ -304,6 +304,7 @@ def test_claim_job__finished_and_unknown_jobs_are_refused(tx_engine: BaseEngine)
         ("nowait", {"nowait": 1}),
         ("fence", {"fence": -1}),
         ("job_id", {"job_id": "not-a-uuid"}),
+        ("using", {"using": "no-such-alias"}),
     ],
 )
 def test_claim_job__refuses_bad_arguments_before_touching_the_job(

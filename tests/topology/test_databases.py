@@ -242,3 +242,23 @@ def test_workers__one_per_database_run_the_queues_of_each(alias: str, tmp_path: 
             assert all(p.poll() is None for p in procs.procs), procs.logs()
     finally:
         procs.kill_all()
+
+
+@pytest.mark.parametrize("alias", SECOND)
+def test_lease_job__takes_a_job_on_its_alias_in_that_alias_transaction(alias: str):
+    with placed(alias):
+        busy = jobs.add.using(queue="busy").enqueue(1, 2)
+
+        with pytest.raises(RuntimeError), transaction.atomic(using=alias):
+            with django_hopper.lease_job(busy.id) as lease:
+                lease.complete(3)
+            raise RuntimeError("roll back the alias's transaction")
+        assert get_engine(alias).job_get(busy.id).state == "available"
+
+        with transaction.atomic(using=alias), django_hopper.lease_job(busy.id) as lease:
+            assert get_engine(alias).connection.in_atomic_block
+            lease.complete(3)
+
+        assert get_engine(alias).job_get(busy.id).state == "completed"
+        with pytest.raises(NotFound):
+            django_hopper.claim_job(busy.id, using="default")
