@@ -117,7 +117,9 @@ class HopperSettings:
     def __getattr__(self, name: str) -> Any:
         if name not in DEFAULTS:
             raise AttributeError(f"HOPPER has no setting {name!r}")
-        return self._user().get(name, DEFAULTS[name])
+        # Read in place (the worker reads settings per job): no copy of the dict.
+        value = getattr(settings, "HOPPER", None) or {}
+        return value.get(name, DEFAULTS[name])
 
     def seconds(self, name: str) -> dt.timedelta:
         """Return a setting given in seconds as a timedelta."""

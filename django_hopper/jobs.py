@@ -199,8 +199,14 @@ class JobFunction(Generic[P, R]):
 
     @property
     def is_async(self) -> bool:
-        """Tell the worker to run the function on its event loop, not in a thread."""
-        return inspect.iscoroutinefunction(self.func)
+        """Tell the worker to run the function on its event loop, not in a thread.
+
+        Read once per attempt: the answer is kept, as ``func`` never changes.
+        """
+        cached = self.__dict__.get("_is_async")
+        if cached is None:
+            cached = self.__dict__["_is_async"] = inspect.iscoroutinefunction(self.func)
+        return bool(cached)
 
     # -- options --------------------------------------------------------------
 

@@ -296,8 +296,21 @@ def test_listener__a_unique_insert_notifies_only_for_jobs_it_inserted(
 
 def test_raw_query__numbers_named_placeholders_once_each() -> None:
     text, names = raw_query("SELECT %(a)s::int, %(b)s::text, %(a)s::int, 'x%%'")
-    assert text == "SELECT $1::int,$2::text,$1::int,'x%'"
+    assert text == b"SELECT $1::int,$2::text,$1::int,'x%'"
     assert names == ("a", "b")
+
+
+def test_prepared_cursor__is_kept_for_its_connection_and_replaced_after_a_reconnect(
+    tx_engine: BaseEngine,
+) -> None:
+    first = tx_engine._prepared_cursor()  # type: ignore[attr-defined]
+    assert first is not None
+    assert tx_engine._prepared_cursor() is first  # type: ignore[attr-defined]
+    connection.close()
+    again = tx_engine._prepared_cursor()  # type: ignore[attr-defined]
+    assert again is not None and again is not first
+    assert again.connection is connection.connection
+    tx_engine.job_insert_many([JobInsertParams(kind="tests.job", queue="rc")])
 
 
 def test_enqueue__is_one_statement_in_a_transaction_and_one_round_trip_alone(
