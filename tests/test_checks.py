@@ -46,6 +46,11 @@ def test_the_test_settings_pass_every_check() -> None:
         ("ARCHIVE_COMPLETED", "yes", "hopper.E013"),
         ("PREPARED_STATEMENTS", 1, "hopper.E013"),
         ("IMPORTS", "app.jobs", "hopper.E014"),
+        ("ADMISSION_MISS_MAX", 0, "hopper.E010"),
+        ("ADMISSION_MISS_MAX", 2.5, "hopper.E010"),
+        ("PASS_LEASE_MARGIN", 1, "hopper.E130"),
+        ("PASS_LEASE_MARGIN", -0.1, "hopper.E130"),
+        ("PASS_LEASE_MARGIN", "0.25", "hopper.E130"),
     ],
 )
 def test_a_bad_value_is_an_error_with_a_hint(key: str, value: Any, check_id: str) -> None:
@@ -65,6 +70,7 @@ def test_a_bad_value_is_an_error_with_a_hint(key: str, value: Any, check_id: str
         ("STREAM_RETENTION", 0),
         ("BACKOFF_JITTER", 0),
         ("BACKOFF_JITTER", 1),
+        ("PASS_LEASE_MARGIN", 0),
     ],
 )
 def test_a_zero_that_has_a_meaning_is_accepted(key: str, value: Any) -> None:

@@ -40,6 +40,7 @@ from django_hopper.worker.execution import (
     snoozed,
 )
 from django_hopper.worker.producer import Producer
+from tests.support.runtime import make_worker  # noqa: F401
 
 HOUR = dt.timedelta(hours=1)
 SECOND = dt.timedelta(seconds=1)
@@ -432,3 +433,50 @@ def test_hopper_maintain_once__drives_due_runs_after_its_services(tx_engine: Bas
 
     assert handle.refresh().state == JobState.COMPLETED
     assert '"finished": 1' in out.getvalue()
+
+
+# -- through an in-process worker --------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker__fences_a_pass_result_to_its_pass_lease(
+    tx_engine: BaseEngine, make_worker: Any
+) -> None:
+    handle = paged.start(n=2, instance="worker")
+    worker = make_worker(queues={"pl": 1})
+
+    assert worker.run_once() == 1
+    assert handle.refresh().state == JobState.SCHEDULED  # committed, the next pass due
+    assert worker.run_once() == 1
+
+    done = handle.refresh()
+    assert done.state == JobState.COMPLETED and done.errors == []
+    assert all(s.began_at is not None for s in SEEN) and len(SEEN) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker__a_pass_that_cannot_begin_writes_no_result_and_frees_its_slot(
+    tx_engine: BaseEngine, make_worker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_hopper import runs, signals
+
+    # A margin of the whole lease but a microsecond: no claim can BEGIN.
+    monkeypatch.setattr(runs, "pass_margin", lambda lease: lease - dt.timedelta(microseconds=1))
+    ended: list[str] = []
+
+    def on_finished(sender: Any, job: Any, state: str, **kwargs: Any) -> None:
+        ended.append(state)
+
+    signals.job_finished.connect(on_finished, dispatch_uid="tests.pass_leases.finished")
+    try:
+        handle = paged.start(n=1, instance="worker-miss")
+        worker = make_worker(queues={"pl": 1})
+        assert worker.run_once() == 1
+    finally:
+        signals.job_finished.disconnect(dispatch_uid="tests.pass_leases.finished")
+
+    job = handle.refresh()
+    assert job.state == JobState.SCHEDULED and job.attempt == 0 and job.errors == []
+    assert tx_engine.job_pass_get(job.id).admission_misses == 1  # type: ignore[union-attr]
+    assert ended == [JobState.SCHEDULED] and SEEN == []
+    assert worker.running() == 0
