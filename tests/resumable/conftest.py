@@ -1,3 +1,4 @@
-"""Fixtures of the resumable tests: worker processes come from the runtime suite."""
+"""Fixtures of the resumable tests: worker processes and in-process workers come
+from the runtime suite."""
 
-from tests.support.runtime import processes  # noqa: F401
+from tests.support.runtime import make_worker, processes  # noqa: F401

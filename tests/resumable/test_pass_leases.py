@@ -40,7 +40,6 @@ from django_hopper.worker.execution import (
     snoozed,
 )
 from django_hopper.worker.producer import Producer
-from tests.support.runtime import make_worker  # noqa: F401
 
 HOUR = dt.timedelta(hours=1)
 SECOND = dt.timedelta(seconds=1)
