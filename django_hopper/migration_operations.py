@@ -14,7 +14,7 @@ from typing import Any
 from django.db import migrations
 from django.utils.module_loading import import_string
 
-from django_hopper.engine import ENGINES
+from django_hopper.engine import ENGINES, get_engine
 
 
 def _features(schema_editor: Any) -> Any:
@@ -125,8 +125,13 @@ class AddIndexConcurrently(migrations.AddIndex):
     ``CREATE INDEX CONCURRENTLY`` takes a SHARE UPDATE EXCLUSIVE lock, which
     inserts, claims and finalizes never wait for; a plain ``CREATE INDEX`` holds
     a SHARE lock, which stops every write to the table until the build ends.
-    It cannot run in a transaction: the migration says ``atomic = False``. A
-    build that fails leaves an invalid index: drop it and migrate again.
+    It cannot run in a transaction: the migration says ``atomic = False``.
+
+    A build that fails, or a ``migrate`` killed during it, leaves the index
+    behind, invalid, and the migration unrecorded. Run again, the operation
+    rebuilds an invalid index of its name (dropping it concurrently first),
+    and keeps a valid one: an earlier run built it and stopped before
+    recording the migration.
     """
 
     def database_forwards(
@@ -135,10 +140,15 @@ class AddIndexConcurrently(migrations.AddIndex):
         model = to_state.apps.get_model(app_label, self.model_name)
         if not self.allow_migrate_model(schema_editor.connection.alias, model):
             return
-        if _concurrently(schema_editor):
-            schema_editor.add_index(model, self.index, concurrently=True)
-        else:
+        if not _concurrently(schema_editor):
             schema_editor.add_index(model, self.index)
+            return
+        left = get_engine(schema_editor.connection.alias).index_valid(self.index.name)
+        if left is True:
+            return
+        if left is False:
+            schema_editor.remove_index(model, self.index, concurrently=True)
+        schema_editor.add_index(model, self.index, concurrently=True)
 
     def database_backwards(
         self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any

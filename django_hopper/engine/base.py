@@ -263,6 +263,15 @@ class BaseEngine(ABC):
         rules.schema_mismatch(state, rules.code_version(), self.alias)
         return state
 
+    def index_valid(self, name: str) -> bool | None:
+        """Return whether the index ``name`` is valid, or None if there is none.
+
+        An interrupted concurrent build leaves an invalid one; a migration run
+        again rebuilds it instead of failing on its name.
+        """
+        checks.index_name(name)
+        return self._index_valid(name)
+
     @contextmanager
     def schema_lock(self, params: SchemaLockParams | None = None) -> Iterator[None]:
         """Hold the cross-process migration lock of this database for the block.
@@ -1410,6 +1419,9 @@ class BaseEngine(ABC):
 
     @abstractmethod
     def _schema_state(self) -> SchemaState: ...
+
+    @abstractmethod
+    def _index_valid(self, name: str) -> bool | None: ...
 
     @abstractmethod
     def _schema_lock_open(self) -> Any:

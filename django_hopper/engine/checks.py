@@ -385,3 +385,10 @@ def periodic_run_now(params: PeriodicRunNowParams) -> None:
         validation.aware(params.slot, "slot")
     insert(params.job)
     insert(params.extra)
+
+
+def index_name(value: Any) -> str:
+    """Return an index name (a non-empty string) or raise InvalidJob naming it."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise InvalidJob(f"an index name must be a non-empty string, not {value!r}", field="name")
+    return value

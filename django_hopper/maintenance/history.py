@@ -3,7 +3,8 @@
 * :class:`HistoryPruner` creates history partitions ahead, drops or prunes
   what is past retention, and deletes what gone jobs left behind (every 5 min).
 * :class:`HistoryIndexer` builds history indexes per partition without
-  blocking, in a thread of its own (every 10 min; it can run long).
+  blocking, and repairs invalid indexes interrupted builds left, in a thread
+  of its own (every 10 min; it can run long).
 * :class:`Vacuumer` vacuums and analyzes the hot tables when they need it
   (every 30 s).
 
@@ -13,9 +14,11 @@ idempotent.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from django_hopper.conf import hopper_settings
@@ -27,6 +30,7 @@ from django_hopper.engine.params import (
     JobsMaintainParams,
     JobsMaintainResult,
 )
+from django_hopper.exceptions import HistoryIndexRepairError
 from django_hopper.maintenance.base import Service
 from django_hopper.worker.db import close_thread_connections
 
@@ -97,27 +101,61 @@ class HistoryPruner(Service):
 
 
 class HistoryIndexer(Service):
-    """Build history indexes that partitions lack, concurrently (PostgreSQL).
+    """Build history indexes that partitions lack, and repair the invalid indexes
+    interrupted concurrent builds left on hopper's tables (PostgreSQL).
 
     A build needs a connection outside any transaction and takes as long as
     the partitions are large, so each round runs it in a thread of its own,
     apart from the rescue and the other services; a pass still running is
-    not started twice.
+    not started twice. An index whose repair failed (a unique index over
+    duplicates fails every time) is left alone for ``repair_retry`` before it
+    is tried again, so the pass does not rebuild it in vain every round;
+    ``hopper_indexes`` tries it at once.
     """
 
     name = "history_index"
     interval = 600.0
 
-    def __init__(self, engine: BaseEngine, params: HistoryIndexParams | None = None) -> None:
+    def __init__(
+        self,
+        engine: BaseEngine,
+        params: HistoryIndexParams | None = None,
+        *,
+        repair_retry: dt.timedelta = dt.timedelta(hours=24),
+    ) -> None:
         super().__init__(engine)
         self.params = params or HistoryIndexParams()
+        self.repair_retry = repair_retry
+        #: Indexes whose repair failed, by the monotonic time it did.
+        self.failed_repairs: dict[str, float] = {}
         self._thread: threading.Thread | None = None
 
     def build(self) -> HistoryIndexResult:
-        """Build the missing indexes now, in this thread; engines without partitions have none."""
-        if not self.engine.features.supports_history_partitions:
-            return HistoryIndexResult()
-        return self.engine.history_index(self.params)
+        """Build the missing indexes and repair the invalid ones now, in this thread.
+
+        Engines without concurrent builds have nothing to build or repair.
+        Raises ``HistoryIndexRepairError`` (after the rest of the pass) when a
+        repair failed; that index is skipped for ``repair_retry``.
+        """
+        now = time.monotonic()
+        wait = self.repair_retry.total_seconds()
+        self.failed_repairs = {k: t for k, t in self.failed_repairs.items() if now - t < wait}
+        params = dataclasses.replace(
+            self.params,
+            skip_repair=tuple(dict.fromkeys([*self.params.skip_repair, *self.failed_repairs])),
+        )
+        try:
+            result = self.engine.history_index(params)
+        except HistoryIndexRepairError as exc:
+            self.failed_repairs.update(dict.fromkeys(exc.failures, now))
+            raise
+        if result.repaired or result.removed:
+            logger.warning(
+                "history index pass repaired invalid indexes %s, dropped leftovers %s",
+                result.repaired,
+                result.removed,
+            )
+        return result
 
     def run_once(self, now: dt.datetime | None = None) -> int:
         """Start a build in the background unless one is running; return 1 if started."""

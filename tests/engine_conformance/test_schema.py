@@ -150,3 +150,16 @@ def test_schema_mismatch__accepts_the_same_schema_or_one_ahead_that_serves_the_c
     state: SchemaState,
 ) -> None:
     schema_mismatch(state, 8, "default")
+
+
+def test_index_valid__is_true_for_a_built_index_and_none_for_a_missing_one(
+    engine: BaseEngine,
+) -> None:
+    assert engine.index_valid("hopper_job_keyed") is True
+    assert engine.index_valid("hopper_no_such_index") is None
+
+
+@pytest.mark.parametrize("name", ["", None, "a\x00b"])
+def test_index_valid__refuses_a_name_that_is_not_one(engine: BaseEngine, name: object) -> None:
+    with pytest.raises(InvalidJob):
+        engine.index_valid(name)  # type: ignore[arg-type]

@@ -225,3 +225,29 @@ def test_worker__starts_on_a_schema_one_migration_ahead_of_its_code(fresh_db: st
     worker = run(fresh_db, "hopper_worker", "--burst", "--no-maintenance")
 
     assert worker.returncode == 0, worker.stderr
+
+
+def test_migrate__run_again_rebuilds_the_invalid_index_an_interrupted_build_left(
+    fresh_db: str,
+) -> None:
+    if not POSTGRES:
+        pytest.skip("an SQLite index build blocks writes and leaves no invalid index")
+    before = run(fresh_db, "migrate", "django_hopper", "0005", "--no-input")
+    assert before.returncode == 0, before.stdout + before.stderr
+    with database(fresh_db) as conn:
+        # 0006's index name, left invalid by a concurrent build that failed.
+        conn.execute("CREATE TABLE scratch (x int)")
+        conn.execute("INSERT INTO scratch VALUES (1), (1)")
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute("CREATE UNIQUE INDEX CONCURRENTLY hopper_job_keyed ON scratch (x)")
+
+    again = run(fresh_db, "migrate", "django_hopper", "0006", "--no-input")
+
+    assert again.returncode == 0, again.stdout + again.stderr
+    with database(fresh_db) as conn:
+        row = conn.execute(
+            "SELECT i.indisvalid, pg_get_indexdef(i.indexrelid) FROM pg_index i "
+            "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 'hopper_job_keyed'"
+        ).fetchone()
+    assert row[0] is True
+    assert "ON public.hopper_job " in row[1] and "ordering_key IS NOT NULL" in row[1]

@@ -50,6 +50,10 @@ class ClientsMixin(PostgresSupport):
         row = self._fetchone("schema_state.floor" if exists[1] else "schema_state", {})
         return SchemaState(version=int(row[0]), oldest_code=int(row[1])) if row else SchemaState()
 
+    def _index_valid(self, name: str) -> bool | None:
+        row = self._fetchone("index_valid", {"name": name})
+        return None if row is None else bool(row[0])
+
     def _schema_lock_open(self) -> psycopg.Connection[Any]:
         return open_session(self.alias, "the migration lock")
 

@@ -64,6 +64,7 @@ DUPLICATE_TABLE = "42P07"
 #: A new partition's range has rows in DEFAULT.
 CHECK_VIOLATION = "23514"
 UNDEFINED_TABLE = "42P01"
+UNDEFINED_OBJECT = "42704"
 
 
 def partition_name(day: dt.datetime) -> str:
@@ -330,11 +331,13 @@ class PostgresHistoryMixin(PostgresSupport):
     # -- indexes ------------------------------------------------------------
 
     def _history_index(self, params: HistoryIndexParams) -> HistoryIndexResult:
-        """Build, concurrently, each parent index a partition lacks, and attach it.
+        """Build, concurrently, each parent index a partition lacks, and attach it;
+        then repair the invalid indexes of hopper's tables.
 
         ``CREATE INDEX CONCURRENTLY`` cannot run in a transaction, so this
         runs in autocommit. An advisory lock keeps two leaders from building
-        at once; the second finds it held and reports ``busy`` at once.
+        or repairing at once; the second finds it held and reports ``busy`` at
+        once.
         """
         if self.connection.in_atomic_block:
             raise DatabaseError(
@@ -342,21 +345,30 @@ class PostgresHistoryMixin(PostgresSupport):
             )
         result = HistoryIndexResult()
         missing = [row for row in self._fetchall("history_index", {}) if row[3] not in params.skip]
-        if missing:
+        broken = [
+            (str(r[0]), str(r[1]), bool(r[2])) for r in self._fetchall("history_index.repair", {})
+        ]
+        skipped = [name for name, _, _ in broken if name in params.skip_repair]
+        repairs = [row for row in broken if row[0] not in params.skip_repair]
+        if missing or repairs:
             if not self._raw_one("history_index.try_lock", {})[0]:
-                result.busy = index_name(missing[0][3], missing[0][0])
+                result.busy = index_name(missing[0][3], missing[0][0]) if missing else repairs[0][0]
                 return result
             try:
-                self._build_missing(missing, params, result)
+                with self._index_settings(params):
+                    for parent, tail, unique, partition in missing:
+                        self._build_one(parent, tail, bool(unique), partition, result)
+                    for name, table, transient in repairs:
+                        self._repair_one(name, table, transient, result)
             finally:
                 self._fetchone("history_index.unlock", {})
-        result.invalid = [row[0] for row in self._fetchall("history_index.invalid", {})]
+        parents = [str(row[0]) for row in self._fetchall("history_index.invalid", {})]
+        result.invalid = sorted({*parents, *skipped, *result.repair_errors})
         return result
 
-    def _build_missing(
-        self, missing: list[tuple[Any, ...]], params: HistoryIndexParams, result: HistoryIndexResult
-    ) -> None:
-        """Build and attach each missing partition index under the pass's timeouts."""
+    @contextmanager
+    def _index_settings(self, params: HistoryIndexParams) -> Iterator[None]:
+        """Apply the pass's lock and statement timeouts to the session, then restore them."""
         old_lock, old_statement = self._raw_one("history_index.settings", {})
         self._fetchone(
             "history_index.set",
@@ -370,12 +382,47 @@ class PostgresHistoryMixin(PostgresSupport):
             },
         )
         try:
-            for parent, tail, unique, partition in missing:
-                self._build_one(parent, tail, bool(unique), partition, result)
+            yield
         finally:
             self._fetchone(
                 "history_index.set", {"lock_timeout": old_lock, "statement_timeout": old_statement}
             )
+
+    def _repair_one(
+        self, name: str, table: str, transient: bool, result: HistoryIndexResult
+    ) -> None:
+        """Repair one invalid index: rebuild it, or drop a rebuild's transient copy.
+
+        ``REINDEX INDEX CONCURRENTLY`` keeps the index's name, definition and
+        the constraint it may back, and takes the same lock as a build, so an
+        index whose build is still under way defers its repair instead of
+        disturbing it. A rebuild that fails leaves a ``*_ccnew`` copy, which is
+        dropped at once.
+        """
+        args = {"name": name}
+        try:
+            self._run_text(
+                "history_index.drop_sql" if transient else "history_index.reindex_sql", args
+            )
+        except DjangoDatabaseError as exc:
+            state = _sqlstate(exc)
+            if not transient:
+                self._drop_rebuild_leftovers(table)
+            if state == LOCK_NOT_AVAILABLE:
+                result.deferred.append(name)
+            elif state == QUERY_CANCELED:
+                result.timed_out.append(table)
+            elif state == UNDEFINED_OBJECT:  # dropped meanwhile (another session)
+                pass
+            else:
+                result.repair_errors[name] = str(exc).strip().splitlines()[0]
+            return
+        (result.removed if transient else result.repaired).append(name)
+
+    def _drop_rebuild_leftovers(self, table: str) -> None:
+        """Drop the transient copies a failed rebuild left on ``table``, if it can now."""
+        for (leftover,) in self._fetchall("history_index.repair_leftovers", {"table": table}):
+            self._drop_leftover({"name": leftover})
 
     def _build_one(
         self, parent: str, tail: str, unique: bool, partition: str, result: HistoryIndexResult

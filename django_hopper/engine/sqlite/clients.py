@@ -35,6 +35,12 @@ class ClientsMixin(SQLiteSupport):
             version, oldest = c.fetchone()
         return SchemaState(version=int(version), oldest_code=int(oldest))
 
+    @translate_errors
+    def _index_valid(self, name: str) -> bool | None:
+        with self._cursor() as c:
+            c.execute(Q["index_valid"], {"name": name})
+            return True if c.fetchone() else None
+
     def _schema_lock_open(self) -> sqlite3.Connection | None:
         """Open the lock database beside the database file; None for one in memory."""
         name = str(self.connection.settings_dict["NAME"])

@@ -190,6 +190,34 @@ SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %%I', %(name)s::text);
 -- name: history_index.attach_sql
 SELECT format('ALTER INDEX %%I ATTACH PARTITION %%I', %(parent)s::text, %(name)s::text);
 
+-- name: history_index.reindex_sql
+SELECT format('REINDEX INDEX CONCURRENTLY %%I', %(name)s::text);
+
+-- name: history_index.repair
+-- Invalid indexes of hopper's tables (live tables, history partitions), with
+-- their table and whether each is the transient copy of an interrupted
+-- REINDEX CONCURRENTLY (*_ccnew, *_ccold), to drop rather than rebuild. A
+-- partitioned index is left out: it is valid once every partition has its
+-- index attached, which the builds see to. Transient copies come first.
+SELECT c.relname, t.relname, c.relname ~ '_cc(new|old)[0-9]*$'
+  FROM pg_index i
+  JOIN pg_class c ON c.oid = i.indexrelid
+  JOIN pg_class t ON t.oid = i.indrelid
+ WHERE NOT i.indisvalid
+   AND c.relkind = 'i'
+   AND t.relnamespace = current_schema()::regnamespace
+   AND t.relname LIKE 'hopper\_%%'
+ ORDER BY 3 DESC, c.relname;
+
+-- name: history_index.repair_leftovers
+-- The transient copies a failed REINDEX CONCURRENTLY left on a table.
+SELECT c.relname
+  FROM pg_index i
+  JOIN pg_class c ON c.oid = i.indexrelid
+ WHERE i.indrelid = to_regclass(%(table)s)
+   AND NOT i.indisvalid
+   AND c.relname ~ '_cc(new|old)[0-9]*$';
+
 -- name: history_index.invalid
 SELECT c.relname
   FROM pg_index i

@@ -17,6 +17,14 @@ SELECT coalesce(max(substring(name FROM '^[0-9]+')::int), 0),
   FROM django_migrations
  WHERE app = 'django_hopper'
 
+-- name: index_valid
+-- Whether an index of that name (in the current schema) is valid: an
+-- interrupted CREATE INDEX CONCURRENTLY leaves one that is not.
+SELECT i.indisvalid
+  FROM pg_index i
+  JOIN pg_class c ON c.oid = i.indexrelid
+ WHERE c.relname = %(name)s AND c.relnamespace = current_schema()::regnamespace
+
 -- name: schema_lock
 -- The migration lock, a session-level advisory lock of this database, tried
 -- and never waited for: a statement waiting here would hold a snapshot, which

@@ -14,6 +14,11 @@ SELECT coalesce(max(CAST(substr(name, 1, instr(name, '_') - 1) AS INTEGER)), 0),
   FROM django_migrations
  WHERE app = 'django_hopper' AND instr(name, '_') > 1;
 
+-- name: index_valid
+-- An SQLite index exists whole or not at all: its build blocks writers and
+-- either commits or leaves nothing.
+SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = %(name)s;
+
 -- name: schema_lock
 -- The migration lock: an exclusive transaction on a lock database of its own
 -- beside the database file (the database's own write lock would stop the
