@@ -1,9 +1,12 @@
 """Queue controls for operators and user code: pause, resume, limits, ordering
 keys and stats (docs/queue-controls.md).
 
-Each function runs on the Django connection of ``HOPPER["DATABASE"]``, so it
-joins the caller's transaction, and the rule it applies is written once, in
-the engine (and :mod:`django_hopper.engine.limits`).
+Each function about one queue runs on the Django connection of the alias the
+queue lives on (``HOPPER["QUEUE_DATABASES"]``, else ``HOPPER["DATABASE"]``:
+where its workers read its pause and limits), so it joins the caller's
+transaction there, and the rule it applies is written once, in the engine
+(and :mod:`django_hopper.engine.limits`). ``list_queues`` and ``stats`` read
+every alias.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
-from django_hopper import validation
+from django_hopper import topology, validation
 from django_hopper.engine import get_engine
 from django_hopper.engine.limits import validate_limits
 from django_hopper.engine.params import JobRetryOrderingKeyParams
@@ -32,20 +35,22 @@ __all__ = [
 ]
 
 
-def _engine() -> BaseEngine:
-
-    return get_engine()
+def _engine(queue: str) -> BaseEngine:
+    """Return the engine of the alias ``queue`` lives on."""
+    return get_engine(topology.queue_alias(queue))
 
 
 def pause_queue(name: str) -> None:
     """Stop every worker claiming from ``name`` (at once on PostgreSQL, at the
     next lease renewal on SQLite); running jobs finish. Creates the queue if unknown."""
-    _engine().queue_pause(validation.queue_name(name, "name"))
+    name = validation.queue_name(name, "name")
+    _engine(name).queue_pause(name)
 
 
 def resume_queue(name: str) -> None:
     """Let workers claim from ``name`` again."""
-    _engine().queue_resume(validation.queue_name(name, "name"))
+    name = validation.queue_name(name, "name")
+    _engine(name).queue_resume(name)
 
 
 def _seconds(value: Any, field: str) -> dt.timedelta:
@@ -117,13 +122,21 @@ def set_queue_limits(
         partition_limit=partition_limit,
         aging=aging,
     )
-    return _engine().queue_set_limits(limits)
+    return _engine(limits.name).queue_set_limits(limits)
 
 
 def list_queues() -> list[QueueRow]:
-    """Return every known queue with its pause and limits."""
+    """Return every known queue with its pause and limits, each from its own alias."""
 
-    return get_engine().queue_list()
+    aliases = topology.aliases()
+    if len(aliases) == 1:
+        return get_engine(aliases[0]).queue_list()
+    rows: dict[str, QueueRow] = {}
+    for alias in aliases:
+        for row in get_engine(alias).queue_list():
+            if row.name not in rows or topology.queue_alias(row.name) == alias:
+                rows[row.name] = row
+    return sorted(rows.values(), key=lambda row: row.name)
 
 
 def retry_ordering_key(queue: str, key: str, *, limit: int = 1000) -> int:
@@ -131,11 +144,25 @@ def retry_ordering_key(queue: str, key: str, *, limit: int = 1000) -> int:
     snooze run now (keeping their TTL), and a running one that snoozes or fails
     next runs again at once. Returns how many waiting jobs were woken."""
 
-    return _engine().job_retry_ordering_key(
+    return _engine(queue).job_retry_ordering_key(
         JobRetryOrderingKeyParams(queue=queue, ordering_key=key, limit=limit)
     )
 
 
 def stats() -> Stats:
-    """Return per-queue depths and the cluster's state (clients, leader, running)."""
-    return _engine().stats()
+    """Return per-queue depths and the cluster's state (clients, leader, running).
+
+    With queues on several aliases: each queue's depths from its own alias,
+    the live clients of every alias summed; the leader and the running jobs
+    by client are those of ``HOPPER["DATABASE"]`` (client IDs are numbered
+    per database). One query per alias.
+    """
+    aliases = topology.aliases()
+    merged = get_engine(aliases[0]).stats()
+    for alias in aliases[1:]:
+        other = get_engine(alias).stats()
+        for name, depth in other.queues.items():
+            if name not in merged.queues or topology.queue_alias(name) == alias:
+                merged.queues[name] = depth
+        merged.live_clients += other.live_clients
+    return merged

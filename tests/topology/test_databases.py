@@ -19,7 +19,7 @@ from django.test import override_settings
 from django.urls import reverse
 
 import django_hopper
-from django_hopper import api
+from django_hopper import api, queues
 from django_hopper.engine import get_engine
 from django_hopper.exceptions import InvalidJob, NotFound
 from tests.support.runtime import Processes, wait_for
@@ -171,6 +171,33 @@ def test_list_jobs__pages_through_every_alias_by_id_or_reads_one(alias: str):
         assert [j.id for j in api.list_jobs(newest_first=True, limit=3)] == ids[:1:-1]
         assert [j.id for j in api.list_jobs(queue="busy")] == ids[1::2]
         assert [j.id for j in api.list_jobs(using="default")] == ids[::2]
+
+
+@pytest.mark.parametrize("alias", SECOND)
+def test_queue_controls__act_where_the_queues_workers_read_them(alias: str):
+    with placed(alias):
+        queues.pause_queue("busy")
+        queues.set_queue_limits("busy", global_limit=3)
+
+        (row,) = [q for q in get_engine(alias).queue_list() if q.name == "busy"]
+        assert row.paused_at is not None and row.limits.global_limit == 3
+        assert "busy" not in {q.name for q in get_engine("default").queue_list()}
+        listed = {q.name: q for q in queues.list_queues()}
+        assert listed["busy"].paused_at is not None
+        queues.resume_queue("busy")
+        assert {q.name: q for q in queues.list_queues()}["busy"].paused_at is None
+
+
+@pytest.mark.parametrize("alias", SECOND)
+def test_stats__reads_each_queues_depth_on_its_alias(alias: str):
+    with placed(alias):
+        for i in range(3):
+            jobs.add.using(queue="busy").enqueue(i, i)
+        jobs.add.enqueue(1, 1)
+
+        depths = queues.stats().queues
+        assert depths["busy"].available == 3
+        assert depths["default"].available == 1
 
 
 @pytest.mark.parametrize("alias", SECOND)
