@@ -63,6 +63,7 @@ from django_hopper.engine.params import (
     JobListParams,
     JobPassBeginParams,
     JobPassMissParams,
+    JobPassRow,
     JobPassTakeoverParams,
     JobRecordProgressParams,
     JobStepGetParams,
@@ -574,6 +575,13 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
                 f"instance must be a non-empty string, not {instance!r}", field="instance"
             )
         return self.using(unique_key=f"{self.kind}:{instance}").enqueue(*args, **kwargs)
+
+    def pass_state(self, job_id: JobID | str) -> JobPassRow | None:
+        """Return what a live run says of its pass: when the holding pass BEGAN (None
+        before BEGIN), its lease's expiry, and the run's consecutive admission
+        misses. None for a run that is no longer live (its record says how it
+        ended)."""
+        return get_engine().job_pass_get(parse_job_id(job_id))
 
     def drive(self, job_id: JobID | str) -> str:
         """Run one pass of the run ``job_id`` in this process, under its pass lease.

@@ -194,7 +194,8 @@ def test_worker_pass__a_claim_with_too_little_lease_left_misses_and_costs_no_att
     job = handle.refresh()
     assert job.state == JobState.SCHEDULED and job.attempt == 0 and job.errors == []
     assert job.snooze_reason is not None and "admission miss 1/10" in job.snooze_reason
-    assert engine.job_pass_get(job.id).admission_misses == 1  # type: ignore[union-attr]
+    state = paged.pass_state(str(job.id))
+    assert state is not None and (state.admission_misses, state.began_at) == (1, None)
 
 
 @override_settings(HOPPER={"ADMISSION_MISS_MAX": 3})
