@@ -18,6 +18,7 @@ from django.db import connection
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import HistoryIndexParams, HistoryIndexResult
 from django_hopper.exceptions import HistoryIndexRepairError, InvalidJob
+from tests.factories import HistoryFactory
 from tests.support.indexes import (
     DIVIDES,
     UNIQUE,
@@ -171,3 +172,23 @@ def test_history_index__refuses_skip_repair_that_is_not_a_sequence_of_names(
         tx_engine.history_index(HistoryIndexParams(skip_repair=skip_repair))  # type: ignore[arg-type]
 
     assert caught.value.field == "skip_repair"
+
+
+def test_history_index__repairs_a_partition_only_when_the_pass_does_not_skip_it(
+    pg: BaseEngine,
+) -> None:
+    job = HistoryFactory(priority=0, now=pg.now())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tableoid::regclass::text FROM hopper_job_history WHERE id = %s", [job.id]
+        )
+        (partition,) = cursor.fetchone()
+    fails(f"CREATE INDEX CONCURRENTLY {DIVIDES} ON {partition} ((100 / priority))")
+    execute(f"UPDATE hopper_job_history SET priority = 1 WHERE id = '{job.id}'")
+
+    skipped = pg.history_index(HistoryIndexParams(skip=(partition,)))
+    assert skipped.repaired == []
+    assert valid(DIVIDES) is False
+
+    assert pg.history_index(HistoryIndexParams()).repaired == [DIVIDES]
+    assert valid(DIVIDES) is True

@@ -349,7 +349,10 @@ class PostgresHistoryMixin(PostgresSupport):
             (str(r[0]), str(r[1]), bool(r[2])) for r in self._fetchall("history_index.repair", {})
         ]
         skipped = [name for name, _, _ in broken if name in params.skip_repair]
-        repairs = [row for row in broken if row[0] not in params.skip_repair]
+        # A partition named in skip is left alone by the repair too.
+        repairs = [
+            row for row in broken if row[0] not in params.skip_repair and row[1] not in params.skip
+        ]
         if missing or repairs:
             if not self._raw_one("history_index.try_lock", {})[0]:
                 result.busy = index_name(missing[0][3], missing[0][0]) if missing else repairs[0][0]
@@ -362,7 +365,14 @@ class PostgresHistoryMixin(PostgresSupport):
                         self._repair_one(name, table, transient, result)
             finally:
                 self._fetchone("history_index.unlock", {})
-        parents = [str(row[0]) for row in self._fetchall("history_index.invalid", {})]
+        # A parent index is reported invalid only once every partition has its
+        # index: before that, it is a build still to do (skipped, deferred, timed out).
+        unbuilt = {str(row[0]) for row in self._fetchall("history_index", {})}
+        parents = [
+            str(row[0])
+            for row in self._fetchall("history_index.invalid", {})
+            if str(row[0]) not in unbuilt
+        ]
         result.invalid = sorted({*parents, *skipped, *result.repair_errors})
         return result
 
