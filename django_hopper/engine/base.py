@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from django.db import connections, transaction
 
 from django_hopper import validation
-from django_hopper.engine import checks, rules, topics
+from django_hopper.engine import checks, outcomes, rules, topics
 from django_hopper.engine.limits import validate_limits
+from django_hopper.engine.outcomes import OperatorRows
 from django_hopper.engine.params import (
     BatchDuplicatesParams,
     BatchDuplicatesResult,
@@ -122,7 +123,6 @@ from django_hopper.engine.params import (
 from django_hopper.exceptions import (
     HistoryIndexRepairError,
     InvalidJob,
-    JobErased,
     NotFound,
     NotSupported,
 )
@@ -423,7 +423,12 @@ class BaseEngine(ABC):
         request (cancel_requested_at) and a control notification; a finalized
         job is returned unchanged. Raises NotFound for an unknown job.
         """
-        return self._job_cancel(params)
+        got = self.job_cancel_many(JobCancelManyParams(ids=[params.id], now=params.now))
+        if got.outcomes[params.id] == JobOutcome.FINISHED:
+            found = self._job_get(params.id)
+            if found is not None:
+                return found
+        return self._one(got, params.id)
 
     def job_retry(self, params: JobRetryParams) -> JobRow:
         """Make a job available now.
@@ -435,16 +440,16 @@ class BaseEngine(ABC):
         NotFound for an unknown job. Keeps progress unless ``from_start``.
         Raises JobErased for an erased job: its arguments are gone.
         """
-        if self._erased([params.id]):
-            raise JobErased(f"job {params.id} was erased: its arguments are gone, it cannot run")
-        return self._job_retry(params)
+        many = JobRetryManyParams(ids=[params.id], from_start=params.from_start, now=params.now)
+        return self._one(self.job_retry_many(many), params.id)
 
     def job_delete(self, params: JobDeleteParams) -> JobRow:
         """Remove a job that is not running; return it as last stored.
 
         Raises JobRunning for a running job, NotFound for an unknown one.
         """
-        return self._job_delete(params)
+        many = JobDeleteManyParams(ids=[params.id], now=params.now)
+        return self._one(self.job_delete_many(many), params.id)
 
     def job_cancel_many(self, params: JobCancelManyParams) -> JobManyResult:
         """Cancel each job as ``job_cancel`` would, set-based: a statement per call.
@@ -452,37 +457,54 @@ class BaseEngine(ABC):
         Unknown jobs are reported NOT_FOUND (not raised), finished ones
         FINISHED, so one bad ID never hides what happened to the rest.
         """
-        return self._job_cancel_many(params)
+        ids = outcomes.unique_ids(params.ids)
+        if not ids:
+            return JobManyResult(outcomes={})
+        rows = self._job_cancel_many(dataclasses.replace(params, ids=ids))
+        got = outcomes.many_result(ids, rows, outcomes.cancel_outcome)
+        self._send(outcomes.cancel_notices(got.jobs))
+        return got
 
     def job_retry_many(self, params: JobRetryManyParams) -> JobManyResult:
         """Retry each job as ``job_retry`` would; its errors become RUNNING,
         UNIQUE_CONFLICT, NOT_FOUND and ERASED outcomes, and those jobs are unchanged."""
-        erased = self._erased(params.ids)
-        if not erased:
-            return self._job_retry_many(params)
-        rest = [i for i in params.ids if i not in erased]
-        done = (
-            self._job_retry_many(dataclasses.replace(params, ids=rest))
-            if rest
-            else JobManyResult(outcomes={})
-        )
-        outcomes = {
-            i: JobOutcome.ERASED if i in erased else done.outcomes[i]
-            for i in dict.fromkeys(params.ids)
-        }
-        return JobManyResult(outcomes=outcomes, jobs=done.jobs)
+        ids = outcomes.unique_ids(params.ids)
+        if not ids:
+            return JobManyResult(outcomes={})
+        erased = self._erased(ids)
+        rest = [i for i in ids if i not in erased]
+        rows = self._job_retry_many(dataclasses.replace(params, ids=rest)) if rest else None
+        rows = rows or OperatorRows()
+        rows.left.update(dict.fromkeys(erased, JobOutcome.ERASED))
+        got = outcomes.many_result(ids, rows, lambda _: JobOutcome.RETRIED)
+        self._send(outcomes.woken(got.jobs))
+        return got
 
     def _erased(self, ids: Sequence[JobID]) -> set[JobID]:
         """Return which of these jobs were erased (an operator's read, before a retry)."""
-        unique = tuple(dict.fromkeys(ids))
-        if not unique:
-            return set()
-        rows = self._job_list(JobListParams(ids=unique, limit=len(unique)))
+        rows = self._job_list(JobListParams(ids=tuple(ids), limit=len(ids)))
         return {r.id for r in rows if r.erased_at is not None}
 
     def job_delete_many(self, params: JobDeleteManyParams) -> JobManyResult:
         """Delete each job as ``job_delete`` would; a running one is RUNNING, unchanged."""
-        return self._job_delete_many(params)
+        ids = outcomes.unique_ids(params.ids)
+        if not ids:
+            return JobManyResult(outcomes={})
+        rows = self._job_delete_many(dataclasses.replace(params, ids=ids))
+        got = outcomes.many_result(ids, rows, lambda _: JobOutcome.DELETED)
+        self._send(outcomes.delete_notices(got.jobs))
+        return got
+
+    def _one(self, got: JobManyResult, id: JobID) -> JobRow:
+        """Return the one job a one-job operator method changed, or raise its refusal.
+
+        Raised after the hook's atomic block has ended, so a caller's
+        surrounding transaction stays usable.
+        """
+        error = outcomes.refusal(got.outcomes[id], id)
+        if error is not None:
+            raise error
+        return got.jobs[0]
 
     def job_discard_expired(self, params: JobDiscardExpiredParams) -> list[JobRow]:
         """Move waiting jobs past their TTL to history as discarded."""
@@ -575,7 +597,10 @@ class BaseEngine(ABC):
         the claim is a lease. Raises JobFenced if the claim no longer owns the job.
         """
         checks.step(params.step)
-        return self._job_step_get(params)
+        owned, row = self._job_step_get(params)
+        if not owned:
+            raise outcomes.not_owned(params.id)
+        return row
 
     def job_step_record(self, params: JobStepRecordParams) -> JobStepRow:
         """Record one try of a step, conditional on the claim still owning the job.
@@ -586,7 +611,10 @@ class BaseEngine(ABC):
         nothing, if the claim lost the job.
         """
         checks.step(params.step)
-        return self._job_step_record(params)
+        row = self._job_step_record(params)
+        if row is None:
+            raise outcomes.not_owned(params.id)
+        return row
 
     def job_steps_clear(self, params: JobStepsClearParams) -> int:
         """Drop a job's step ledger as the claim that owns it; return the rows dropped.
@@ -594,7 +622,10 @@ class BaseEngine(ABC):
         Raises JobFenced, dropping nothing, if the claim lost the job (a stale
         pass must not empty the ledger of the pass that took the job over).
         """
-        return self._job_steps_clear(params)
+        dropped = self._job_steps_clear(params)
+        if dropped is None:
+            raise outcomes.not_owned(params.id)
+        return dropped
 
     def job_steps(self, id: JobID) -> list[JobStepRow]:
         """Return a job's step ledger in the order the steps were first tried (no fence)."""
@@ -974,6 +1005,11 @@ class BaseEngine(ABC):
         if payloads and self.features.supports_listen:
             self._notify(channel, payloads)
 
+    def _send(self, notices: Sequence[outcomes.Notice]) -> None:
+        """Send the notifications the front decided on (:mod:`.outcomes`)."""
+        for channel, payloads in notices:
+            self.notify(channel, payloads)
+
     # == pub/sub ===============================================================
 
     def subscription_upsert(
@@ -1168,7 +1204,10 @@ class BaseEngine(ABC):
     def stream_consumer_seek(self, name: str, params: StreamSeekParams) -> StreamConsumerRow:
         """Move a consumer: events after the new position are delivered (again).
         Raises NotFound for an unknown consumer."""
-        return self._stream_consumer_seek(name, params, topics.check_seek(params))
+        row = self._stream_consumer_seek(name, params, topics.check_seek(params))
+        if row is None:
+            raise outcomes.no_consumer(name)
+        return row
 
     def stream_pump(
         self, name: str, limit: int, now: dt.datetime | None = None
@@ -1178,7 +1217,10 @@ class BaseEngine(ABC):
         its row. Never skips an event whose transaction commits late. Raises NotFound
         for an unknown consumer."""
         topics.check_limit(limit)
-        return self._stream_pump(name, limit, now)
+        pumped = self._stream_pump(name, limit, now)
+        if pumped is None:
+            raise outcomes.no_consumer(name)
+        return pumped
 
     def stream_prune(self, params: StreamPruneParams) -> int:
         """Delete up to ``limit`` events older than the retention; return how many."""
@@ -1232,22 +1274,16 @@ class BaseEngine(ABC):
     def _job_list(self, params: JobListParams) -> list[JobRow]: ...
 
     @abstractmethod
-    def _job_cancel(self, params: JobCancelParams) -> JobRow: ...
+    def _job_cancel_many(self, params: JobCancelManyParams) -> OperatorRows:
+        """Decide each job (IDs unique) in one atomic block; send nothing, raise nothing."""
 
     @abstractmethod
-    def _job_retry(self, params: JobRetryParams) -> JobRow: ...
+    def _job_retry_many(self, params: JobRetryManyParams) -> OperatorRows:
+        """Decide each job (IDs unique) in one atomic block; send nothing, raise nothing."""
 
     @abstractmethod
-    def _job_delete(self, params: JobDeleteParams) -> JobRow: ...
-
-    @abstractmethod
-    def _job_cancel_many(self, params: JobCancelManyParams) -> JobManyResult: ...
-
-    @abstractmethod
-    def _job_retry_many(self, params: JobRetryManyParams) -> JobManyResult: ...
-
-    @abstractmethod
-    def _job_delete_many(self, params: JobDeleteManyParams) -> JobManyResult: ...
+    def _job_delete_many(self, params: JobDeleteManyParams) -> OperatorRows:
+        """Decide each job (IDs unique) in one atomic block; send nothing, raise nothing."""
 
     @abstractmethod
     def _job_discard_expired(self, params: JobDiscardExpiredParams) -> list[JobRow]: ...
@@ -1276,13 +1312,16 @@ class BaseEngine(ABC):
     def _job_expire_leases(self, params: JobExpireLeasesParams) -> list[JobRow]: ...
 
     @abstractmethod
-    def _job_step_get(self, params: JobStepGetParams) -> JobStepRow | None: ...
+    def _job_step_get(self, params: JobStepGetParams) -> tuple[bool, JobStepRow | None]:
+        """Return whether the claim owns the job, and the step's row (None if never tried)."""
 
     @abstractmethod
-    def _job_step_record(self, params: JobStepRecordParams) -> JobStepRow: ...
+    def _job_step_record(self, params: JobStepRecordParams) -> JobStepRow | None:
+        """Record the try and return the row; None, writing nothing, if the claim lost the job."""
 
     @abstractmethod
-    def _job_steps_clear(self, params: JobStepsClearParams) -> int: ...
+    def _job_steps_clear(self, params: JobStepsClearParams) -> int | None:
+        """Return the rows dropped; None, dropping nothing, if the claim lost the job."""
 
     @abstractmethod
     def _job_steps(self, id: JobID) -> list[JobStepRow]: ...
@@ -1505,12 +1544,14 @@ class BaseEngine(ABC):
     @abstractmethod
     def _stream_consumer_seek(
         self, name: str, params: StreamSeekParams, mode: str
-    ) -> StreamConsumerRow: ...
+    ) -> StreamConsumerRow | None:
+        """Move the consumer; None if there is none of that name."""
 
     @abstractmethod
     def _stream_pump(
         self, name: str, limit: int, now: dt.datetime | None = None
-    ) -> StreamPumpResult: ...
+    ) -> StreamPumpResult | None:
+        """Pump the consumer; None if there is none of that name."""
 
     @abstractmethod
     def _stream_prune(self, params: StreamPruneParams) -> int: ...

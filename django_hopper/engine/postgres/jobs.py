@@ -8,7 +8,6 @@ so that a caller's surrounding transaction stays usable.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import re
 from collections.abc import Sequence
@@ -17,10 +16,8 @@ from django.db import transaction
 
 from django_hopper.engine.decode import runnable
 from django_hopper.engine.params import (
-    JobCancelParams,
     JobClaimParams,
     JobClaimResult,
-    JobDeleteParams,
     JobDiscardExpiredParams,
     JobFinalized,
     JobFinalizeParams,
@@ -30,7 +27,6 @@ from django_hopper.engine.params import (
     JobListParams,
     JobRecordProgressParams,
     JobRescueParams,
-    JobRetryParams,
     JobScheduleParams,
     RescueCandidate,
 )
@@ -41,19 +37,14 @@ from django_hopper.engine.postgres.workflows import attach_dependencies, jobs_fi
 from django_hopper.engine.queries import COL, JOB_WIDTH
 from django_hopper.exceptions import (
     DatabaseError,
-    JobRunning,
-    NotFound,
-    UniqueConflict,
 )
 from django_hopper.types import (
-    CHANNEL_CONTROL,
     CHANNEL_DONE,
     CHANNEL_INSERT,
     FINAL_STATES,
     LIVE_STATES,
     AttemptLog,
     ConflictAction,
-    ControlMessage,
     JobID,
     JobRow,
     JobState,
@@ -456,72 +447,6 @@ class JobsMixin(PostgresSupport):
         return [job_from_row(row) for row in self._fetchall(name, values)]
 
     # -- operator actions -----------------------------------------------------
-
-    def _job_cancel(self, params: JobCancelParams) -> JobRow:
-        """Cancel a waiting job, or ask a running one's client to stop."""
-        with db_errors(), self._atomic():
-            row = self._fetchone("job_cancel", {"id": params.id, "now": params.now})
-            if row is not None:
-                job = job_from_row(row)
-                if job.state == JobState.RUNNING:
-                    payload = ControlMessage.cancel(job.id).payload()
-                    self.notify(CHANNEL_CONTROL, [payload])
-                elif job.awaited:
-                    self.notify(CHANNEL_DONE, [str(job.id)])
-                if job.state != JobState.RUNNING:
-                    jobs_finished(self, [job])
-        if row is None:
-            found = self.job_get(params.id)
-            if found is None:
-                raise NotFound(f"job {params.id} does not exist")
-            return found
-        return job
-
-    def _job_retry(self, params: JobRetryParams) -> JobRow:
-        """Make a job available now, from history or from its wait."""
-        values = {"id": params.id, "from_start": bool(params.from_start), "now": params.now}
-        job: JobRow | None = None
-        error: Exception | None = None
-        with db_errors(), self._atomic():
-            lock = self._fetchone("job_retry.lock", {"id": params.id})
-            if lock is not None and lock[0] == JobState.RUNNING:
-                error = JobRunning(f"job {params.id} is running; cancel it first")
-            elif lock is not None:
-                row = self._fetchone("job_retry", values)
-                job = job_from_row(row) if row else None
-            else:
-                row = self._fetchone("job_retry.history", values)
-                if row is None or not row[0]:
-                    error = NotFound(f"job {params.id} does not exist")
-                elif row[1] is None:
-                    error = UniqueConflict(
-                        f"job {params.id} cannot be retried: a live job holds its unique key"
-                    )
-                else:
-                    job = job_from_row(row[1 : 1 + JOB_WIDTH])
-            if job is not None and job.state == JobState.AVAILABLE:
-                self.notify(CHANNEL_INSERT, [job.queue])
-        if error is not None:
-            raise error
-        if job is None:  # deleted between the lock and the update: cannot happen under lock
-            raise NotFound(f"job {params.id} does not exist")
-        return job
-
-    def _job_delete(self, params: JobDeleteParams) -> JobRow:
-        """Remove a job that is not running (live or from history) with its logs."""
-        with db_errors(), self._atomic():
-            row = self._fetchone("job_delete", {"id": params.id})
-            job = job_from_row(row) if row else None
-            if job is not None and job.is_live and job.awaited:
-                self.notify(CHANNEL_DONE, [str(job.id)])
-            if job is not None and job.is_live:
-                # Deleted while waiting: counted as canceled, as JobCancel would.
-                jobs_finished(self, [dataclasses.replace(job, state=JobState.CANCELED)])
-        if job is None:
-            if self.job_get(params.id) is not None:
-                raise JobRunning(f"job {params.id} is running; cancel it first")
-            raise NotFound(f"job {params.id} does not exist")
-        return job
 
     def _job_discard_expired(self, params: JobDiscardExpiredParams) -> list[JobRow]:
         """Move waiting jobs past their TTL to history as discarded."""

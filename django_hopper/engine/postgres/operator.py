@@ -1,17 +1,17 @@
-"""Operator methods over many jobs at once: cancel, retry and delete, set-based.
+"""Operator statements of the PostgreSQL engine: cancel, retry and delete, set-based.
 
-Each call decides every job in one statement (queries/operator.sql) by the
-rules of the one-job methods, and then does what those do after the change:
-wake workers, tell a running job's client to stop, count waiting jobs a
-cancel or delete took out toward their batches and workflows.
+Each hook decides every job in one statement (queries/operator.sql) and
+counts waiting jobs a cancel or delete took out toward their batches and
+workflows; the front (``BaseEngine.job_cancel_many`` ...) turns what it
+reports into outcomes, errors and notifications.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 
+from django_hopper.engine.outcomes import OperatorRows, last_stored
 from django_hopper.engine.params import (
     JobCancelManyParams,
     JobDeleteManyParams,
@@ -21,25 +21,11 @@ from django_hopper.engine.postgres.convert import job_from_row
 from django_hopper.engine.postgres.support import PostgresSupport, db_errors
 from django_hopper.engine.postgres.workflows import jobs_finished
 from django_hopper.engine.queries import JOB_WIDTH
-from django_hopper.types import (
-    CHANNEL_CONTROL,
-    CHANNEL_DONE,
-    CHANNEL_INSERT,
-    JobID,
-    JobManyResult,
-    JobOutcome,
-    JobRow,
-    JobState,
-)
-
-
-def unique_ids(ids: Sequence[JobID]) -> list[JobID]:
-    """Return the IDs once each, in request order."""
-    return list(dict.fromkeys(ids))
+from django_hopper.types import JobID, JobOutcome, JobState
 
 
 class OperatorMixin(PostgresSupport):
-    """``job_cancel_many``, ``job_retry_many`` and ``job_delete_many``."""
+    """``_job_cancel_many``, ``_job_retry_many`` and ``_job_delete_many``."""
 
     def _where(self, ids: Sequence[JobID]) -> dict[JobID, str]:
         """Return each found ID's live state, or "finished" for one only in history."""
@@ -48,93 +34,44 @@ class OperatorMixin(PostgresSupport):
         rows = self._fetchall("job_cancel_many.where", {"ids": list(ids)})
         return {row[0]: row[1] for row in rows}
 
-    def _job_cancel_many(self, params: JobCancelManyParams) -> JobManyResult:
+    def _job_cancel_many(self, params: JobCancelManyParams) -> OperatorRows:
         """Cancel waiting jobs into history and ask running ones to stop, in one statement."""
-        ids = unique_ids(params.ids)
-        if not ids:
-            return JobManyResult(outcomes={})
         with db_errors(), self._atomic():
-            jobs = [
-                job_from_row(r)
-                for r in self._fetchall("job_cancel_many", {"ids": ids, "now": params.now})
-            ]
-            running = [j for j in jobs if j.state == JobState.RUNNING]
-            ended = [j for j in jobs if j.state != JobState.RUNNING]
-            if running:
-                self.notify(
-                    CHANNEL_CONTROL,
-                    [json.dumps({"action": "cancel", "job_id": str(j.id)}) for j in running],
-                )
-            awaited = [str(j.id) for j in ended if j.awaited]
-            if awaited:
-                self.notify(CHANNEL_DONE, awaited)
-            jobs_finished(self, ended)
-            changed = {j.id: j for j in jobs}
-            where = self._where([i for i in ids if i not in changed])
-        outcomes: dict[JobID, str] = {}
-        for i in ids:
-            if i in changed:
-                running_now = changed[i].state == JobState.RUNNING
-                outcomes[i] = JobOutcome.CANCEL_REQUESTED if running_now else JobOutcome.CANCELED
-            else:
-                outcomes[i] = JobOutcome.FINISHED if i in where else JobOutcome.NOT_FOUND
-        return JobManyResult(outcomes=outcomes, jobs=jobs)
+            rows = self._fetchall("job_cancel_many", {"ids": list(params.ids), "now": params.now})
+            jobs = [job_from_row(r) for r in rows]
+            jobs_finished(self, [j for j in jobs if j.state != JobState.RUNNING])
+            changed = {j.id for j in jobs}
+            where = self._where([i for i in params.ids if i not in changed])
+        return OperatorRows(jobs, {i: JobOutcome.FINISHED for i in where})
 
-    def _job_retry_many(self, params: JobRetryManyParams) -> JobManyResult:
+    def _job_retry_many(self, params: JobRetryManyParams) -> OperatorRows:
         """Run waiting jobs now and bring finished ones back, in a statement each."""
-        ids = unique_ids(params.ids)
-        if not ids:
-            return JobManyResult(outcomes={})
         values = {"from_start": bool(params.from_start), "now": params.now}
-        outcomes: dict[JobID, str] = {}
-        jobs: list[JobRow] = []
+        done = OperatorRows()
         with db_errors(), self._atomic():
-            live = dict(self._fetchall("job_retry_many.lock", {"ids": ids}))
+            live = dict(self._fetchall("job_retry_many.lock", {"ids": list(params.ids)}))
             waiting = [i for i, state in live.items() if state != JobState.RUNNING]
             if waiting:
                 rows = self._fetchall("job_retry_many", {"ids": waiting, **values})
-                jobs += [job_from_row(r) for r in rows]
-            rest = [i for i in ids if i not in live]
+                done.changed += [job_from_row(r) for r in rows]
+            rest = [i for i in params.ids if i not in live]
             if rest:
                 for row in self._fetchall("job_retry_many.history", {"ids": rest, **values}):
                     if row[1] is None:
-                        outcomes[row[0]] = JobOutcome.UNIQUE_CONFLICT
+                        done.left[row[0]] = JobOutcome.UNIQUE_CONFLICT
                     else:
-                        jobs.append(job_from_row(row[1 : 1 + JOB_WIDTH]))
-            woken = sorted({j.queue for j in jobs if j.state == JobState.AVAILABLE})
-            if woken:
-                self.notify(CHANNEL_INSERT, woken)
-        retried = {j.id for j in jobs}
-        for i in ids:
-            if i in retried:
-                outcomes[i] = JobOutcome.RETRIED
-            elif live.get(i) == JobState.RUNNING:
-                outcomes[i] = JobOutcome.RUNNING
-            else:
-                outcomes.setdefault(i, JobOutcome.NOT_FOUND)
-        return JobManyResult(outcomes={i: outcomes[i] for i in ids}, jobs=jobs)
+                        done.changed.append(job_from_row(row[1 : 1 + JOB_WIDTH]))
+        done.left.update({i: JobOutcome.RUNNING for i, s in live.items() if s == JobState.RUNNING})
+        return done
 
-    def _job_delete_many(self, params: JobDeleteManyParams) -> JobManyResult:
+    def _job_delete_many(self, params: JobDeleteManyParams) -> OperatorRows:
         """Delete jobs that are not running, live or from history, with their logs."""
-        ids = unique_ids(params.ids)
-        if not ids:
-            return JobManyResult(outcomes={})
         with db_errors(), self._atomic():
-            deleted: dict[JobID, JobRow] = {}
-            for row in self._fetchall("job_delete_many", {"ids": ids}):
-                job = job_from_row(row)
-                deleted.setdefault(job.id, job)
+            rows = self._fetchall("job_delete_many", {"ids": list(params.ids)})
+            deleted = last_stored([job_from_row(r) for r in rows])
+            # Deleted while waiting: counted as canceled, as a cancel would.
             waiting = [j for j in deleted.values() if j.is_live]
-            awaited = [str(j.id) for j in waiting if j.awaited]
-            if awaited:
-                self.notify(CHANNEL_DONE, awaited)
-            # Deleted while waiting: counted as canceled, as job_delete does.
             jobs_finished(self, [dataclasses.replace(j, state=JobState.CANCELED) for j in waiting])
-            where = self._where([i for i in ids if i not in deleted])
-        outcomes = {
-            i: JobOutcome.DELETED
-            if i in deleted
-            else (JobOutcome.RUNNING if where.get(i) == JobState.RUNNING else JobOutcome.NOT_FOUND)
-            for i in ids
-        }
-        return JobManyResult(outcomes=outcomes, jobs=list(deleted.values()))
+            where = self._where([i for i in params.ids if i not in deleted])
+        running = {i: JobOutcome.RUNNING for i, s in where.items() if s == JobState.RUNNING}
+        return OperatorRows(list(deleted.values()), running)

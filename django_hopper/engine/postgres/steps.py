@@ -9,7 +9,6 @@ from django_hopper.engine.params import JobStepGetParams, JobStepRecordParams, J
 from django_hopper.engine.postgres.convert import dump_json, load_json
 from django_hopper.engine.postgres.support import PostgresSupport
 from django_hopper.engine.rules import step_from_row
-from django_hopper.exceptions import JobFenced
 from django_hopper.types import JobID, JobStepRow
 
 
@@ -31,32 +30,28 @@ def _row(r: Any) -> JobStepRow:
 class StepsMixin(PostgresSupport):
     """job_step_get, job_step_record, job_steps_clear and job_steps."""
 
-    def _job_step_get(self, params: JobStepGetParams) -> JobStepRow | None:
+    def _job_step_get(self, params: JobStepGetParams) -> tuple[bool, JobStepRow | None]:
         """Read a step as the owning claim, renewing a lease in the same statement."""
         row = self._fetchone("job_step_get", {**_claim(params), "step": params.step})
         if row is None or not row[0]:
-            raise JobFenced(f"job {params.id} is no longer owned by this claim")
-        return None if row[1] is None else _row(row[1:])
+            return False, None
+        return True, None if row[1] is None else _row(row[1:])
 
-    def _job_step_record(self, params: JobStepRecordParams) -> JobStepRow:
+    def _job_step_record(self, params: JobStepRecordParams) -> JobStepRow | None:
         """Upsert one try of a step, only while the claim owns the job."""
         result = dump_json({"value": params.result}, "result") if params.done else None
         row = self._fetchone(
             "job_step_record",
             {**_claim(params), "step": params.step, "result": result, "error": params.error},
         )
-        if row is None:
-            raise JobFenced(f"job {params.id} is no longer owned by this claim")
-        return _row(row)
+        return None if row is None else _row(row)
 
-    def _job_steps_clear(self, params: JobStepsClearParams) -> int:
-        """Drop the ledger as the owning claim; JobFenced (nothing dropped) otherwise."""
+    def _job_steps_clear(self, params: JobStepsClearParams) -> int | None:
+        """Drop the ledger as the owning claim; None (nothing dropped) otherwise."""
         row = self._fetchone(
             "job_steps_clear", {**_claim(params), "reset_attempt": bool(params.reset_attempt)}
         )
-        if row is None or not row[0]:
-            raise JobFenced(f"job {params.id} is no longer owned by this claim")
-        return int(row[1])
+        return None if row is None or not row[0] else int(row[1])
 
     def _job_steps(self, id: JobID) -> list[JobStepRow]:
         """Return the ledger, in the order steps were first tried."""

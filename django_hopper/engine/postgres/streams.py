@@ -29,7 +29,6 @@ from django_hopper.engine.params import (
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.pubsub import route_columns
 from django_hopper.engine.postgres.support import PostgresSupport
-from django_hopper.exceptions import NotFound
 from django_hopper.ids import new_id
 from django_hopper.types import (
     CHANNEL_STREAM,
@@ -215,7 +214,7 @@ class StreamsMixin(PostgresSupport):
 
     def _stream_consumer_seek(
         self, name: str, params: StreamSeekParams, mode: str
-    ) -> StreamConsumerRow:
+    ) -> StreamConsumerRow | None:
         """Move a consumer by storing the snapshot and position the seek implies.
 
         A position (x, s) becomes :func:`seek_snapshot` (every transaction
@@ -250,13 +249,11 @@ class StreamsMixin(PostgresSupport):
         row = self._fetchone(
             "stream_consumer_seek", {"name": name, "snapshot": snapshot, "xid": xid, "seq": seq}
         )
-        if row is None:
-            raise NotFound(f"no stream consumer is named {name!r}")
-        return consumer_from_row(row)
+        return None if row is None else consumer_from_row(row)
 
     def _stream_pump(
         self, name: str, limit: int, now: dt.datetime | None = None
-    ) -> StreamPumpResult:
+    ) -> StreamPumpResult | None:
         """Deliver up to ``limit`` events of the consumer's delta and store how far it got.
 
         Locks the consumer's row first, so a second pump waits and then reads
@@ -268,7 +265,7 @@ class StreamsMixin(PostgresSupport):
         with self._atomic():
             row = self._fetchone("stream_pump", {"name": name})
             if row is None:
-                raise NotFound(f"no stream consumer is named {name!r}")
+                return None
             consumer = consumer_from_row(row)
             if topics.pump_stops(consumer, limit):
                 return StreamPumpResult(position=consumer.position)

@@ -17,10 +17,8 @@ from django.db import OperationalError
 
 from django_hopper.engine.decode import runnable
 from django_hopper.engine.params import (
-    JobCancelParams,
     JobClaimParams,
     JobClaimResult,
-    JobDeleteParams,
     JobDiscardExpiredParams,
     JobFinalized,
     JobFinalizeParams,
@@ -30,7 +28,6 @@ from django_hopper.engine.params import (
     JobListParams,
     JobRecordProgressParams,
     JobRescueParams,
-    JobRetryParams,
     JobScheduleParams,
     RescueCandidate,
 )
@@ -52,21 +49,17 @@ from django_hopper.engine.sqlite.support import (
 from django_hopper.engine.sqlite.workflows import attach_dependencies, finished_of, jobs_finished
 from django_hopper.exceptions import (
     JobLocked,
-    JobRunning,
-    NotFound,
     NotSupported,
     UniqueConflict,
 )
 from django_hopper.ids import new_id
 from django_hopper.types import (
-    CHANNEL_CONTROL,
     CHANNEL_DONE,
     CHANNEL_INSERT,
     FINAL_STATES,
     LIVE_STATES,
     AttemptLog,
     ConflictAction,
-    ControlMessage,
     JobID,
     JobRow,
     JobState,
@@ -490,99 +483,6 @@ class JobsMixin(SQLiteSupport):
             return [job_from_row(r) for r in c.fetchall()]
 
     # -- operator actions -----------------------------------------------------
-
-    @translate_errors
-    def _job_cancel(self, params: JobCancelParams) -> JobRow:
-        """Cancel a waiting job into history, or request a running job's cancel."""
-        now, now_s = self._now(params.now)
-        args = {"id": params.id.hex, "now": now_s, "at": now.astimezone(dt.UTC).isoformat()}
-        requested = False
-        with self._atomic(), self._cursor() as c:
-            c.execute(Q["job_cancel"], args)
-            moved = bool(c.rowcount)
-            if moved:
-                c.execute(Q["job_cancel.delete"], args)
-                awaited = [r[0] for r in c.fetchall()]
-                if awaited and awaited[0]:
-                    self.notify(CHANNEL_DONE, [str(params.id)])
-            else:
-                c.execute(Q["job_cancel.request"], args)
-                requested = bool(c.rowcount)
-            c.execute(Q["job_get"], {"id": params.id.hex})
-            row = c.fetchone()
-            if moved and row is not None and row[COL.batch_id] is not None:
-                jobs_finished(self, c, finished_of([job_from_row(row)]), params.now)
-        if row is None:
-            raise NotFound(f"job {params.id} does not exist")
-        if requested:
-            self.notify(CHANNEL_CONTROL, [ControlMessage.cancel(params.id).payload()])
-        return job_from_row(row)
-
-    @translate_errors
-    def _job_retry(self, params: JobRetryParams) -> JobRow:
-        """Make a job available now, from history or from its wait."""
-        _, now_s = self._now(params.now)
-        args = {"id": params.id.hex, "now": now_s, "from_start": 1 if params.from_start else 0}
-        problem: Exception | None = None
-        with self._atomic(), self._cursor() as c:
-            c.execute(Q["job_get"], {"id": params.id.hex})
-            row = c.fetchone()
-            if row is None:
-                problem = NotFound(f"job {params.id} does not exist")
-            elif row[COL.state] == JobState.RUNNING:
-                problem = JobRunning(f"job {params.id} is running; cancel it first")
-            elif row[COL.state] in _FINAL:
-                c.execute(Q["job_retry"], args)
-                if c.rowcount:
-                    c.execute(Q["job_retry.history_delete"], args)
-                else:
-                    problem = UniqueConflict(
-                        f"job {params.id} cannot be retried: a live {row[COL.kind]!r} job holds "
-                        f"its unique key {row[COL.unique_key]!r}"
-                    )
-            else:
-                c.execute(Q["job_retry.live"], args)
-            if problem is None:
-                c.execute(Q["job_get"], {"id": params.id.hex})
-                row = c.fetchone()
-        # Raised outside the block, so the caller's transaction is not marked broken.
-        if problem is not None:
-            raise problem
-        job = job_from_row(row)
-        self.notify(CHANNEL_INSERT, [job.queue])
-        return job
-
-    @translate_errors
-    def _job_delete(self, params: JobDeleteParams) -> JobRow:
-        """Remove a job that is not running, its logs and its step ledger; return it as it was."""
-        args = {"id": params.id.hex}
-        problem: Exception | None = None
-        with self._atomic(), self._cursor() as c:
-            c.execute(Q["job_delete"], args)
-            row = c.fetchone()
-            if row is None:
-                c.execute(Q["job_delete.history"], args)
-                row = c.fetchone()
-            if row is None:
-                c.execute(Q["job_delete.exists"], args)
-                if c.fetchone() is not None:
-                    problem = JobRunning(f"job {params.id} is running; cancel it first")
-                else:
-                    problem = NotFound(f"job {params.id} does not exist")
-            else:
-                c.execute(Q["job_delete.logs"], args)
-                c.execute(Q["job_delete.steps"], args)
-                if row[COL.batch_id] is not None and row[COL.finalized_at] is None:
-                    # Deleted while waiting: counted as canceled, as job_cancel would.
-                    waiting = job_from_row(row)
-                    waiting.state = JobState.CANCELED
-                    jobs_finished(self, c, finished_of([waiting]), None)
-        if problem is not None:
-            raise problem
-        job = job_from_row(row)
-        if job.awaited and job.finalized_at is None:
-            self.notify(CHANNEL_DONE, [str(job.id)])
-        return job
 
     @translate_errors
     def _job_discard_expired(self, params: JobDiscardExpiredParams) -> list[JobRow]:

@@ -14,7 +14,6 @@ from django_hopper.engine.params import JobStepGetParams, JobStepRecordParams, J
 from django_hopper.engine.rules import step_from_row
 from django_hopper.engine.sqlite.convert import dumps, from_db_time
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
-from django_hopper.exceptions import JobFenced
 from django_hopper.types import JobID, JobStepRow
 
 
@@ -40,7 +39,7 @@ class StepsMixin(SQLiteSupport):
         }
 
     @translate_errors
-    def _job_step_get(self, params: JobStepGetParams) -> JobStepRow | None:
+    def _job_step_get(self, params: JobStepGetParams) -> tuple[bool, JobStepRow | None]:
         """Test the claim (renewing a lease), then read the step."""
         args = {**self._claim(params), "step": params.step}
         row = None
@@ -50,12 +49,10 @@ class StepsMixin(SQLiteSupport):
             if owned:
                 c.execute(Q["job_step_get.read"], args)
                 row = c.fetchone()
-        if not owned:  # raised outside the block, so a caller's transaction stays usable
-            raise JobFenced(f"job {params.id} is no longer owned by this claim")
-        return None if row is None else _row(row)
+        return owned, None if row is None else _row(row)
 
     @translate_errors
-    def _job_step_record(self, params: JobStepRecordParams) -> JobStepRow:
+    def _job_step_record(self, params: JobStepRecordParams) -> JobStepRow | None:
         """Test the claim (renewing a lease) and upsert one try of a step."""
         result = dumps({"value": params.result}, "result") if params.done else None
         args = {**self._claim(params), "step": params.step, "result": result, "error": params.error}
@@ -65,13 +62,11 @@ class StepsMixin(SQLiteSupport):
             if c.fetchone() is not None:
                 c.execute(Q["job_step_record"], args)
                 row = c.fetchone()
-        if row is None:
-            raise JobFenced(f"job {params.id} is no longer owned by this claim")
-        return _row(row)
+        return None if row is None else _row(row)
 
     @translate_errors
-    def _job_steps_clear(self, params: JobStepsClearParams) -> int:
-        """Drop the ledger as the owning claim; JobFenced (nothing dropped) otherwise."""
+    def _job_steps_clear(self, params: JobStepsClearParams) -> int | None:
+        """Drop the ledger as the owning claim; None (nothing dropped) otherwise."""
         args = {**self._claim(params), "reset_attempt": 1 if params.reset_attempt else 0}
         dropped: int | None = None
         with self._atomic(), self._cursor() as c:
@@ -79,8 +74,6 @@ class StepsMixin(SQLiteSupport):
             if c.fetchone() is not None:
                 c.execute(Q["job_steps_clear.delete"], args)
                 dropped = int(c.rowcount)
-        if dropped is None:
-            raise JobFenced(f"job {params.id} is no longer owned by this claim")
         return dropped
 
     @translate_errors

@@ -28,7 +28,6 @@ from django_hopper.engine.params import (
 from django_hopper.engine.sqlite.convert import db_time, dumps, from_db_time
 from django_hopper.engine.sqlite.pubsub import load_object, route_params
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
-from django_hopper.exceptions import NotFound
 from django_hopper.ids import new_id
 from django_hopper.types import (
     JobID,
@@ -142,7 +141,7 @@ class StreamsMixin(SQLiteSupport):
     @translate_errors
     def _stream_consumer_seek(
         self, name: str, params: StreamSeekParams, mode: str
-    ) -> StreamConsumerRow:
+    ) -> StreamConsumerRow | None:
         """Move a consumer's seq in one statement."""
         _, now_s = self._now(None)
         with self._atomic(), self._cursor() as c:
@@ -157,14 +156,12 @@ class StreamsMixin(SQLiteSupport):
                 },
             )
             row = c.fetchone()
-        if row is None:
-            raise NotFound(f"no stream consumer is named {name!r}")
-        return consumer_from_row(row)
+        return None if row is None else consumer_from_row(row)
 
     @translate_errors
     def _stream_pump(
         self, name: str, limit: int, now: dt.datetime | None = None
-    ) -> StreamPumpResult:
+    ) -> StreamPumpResult | None:
         """Deliver up to ``limit`` matching events after the consumer's seq, and move it.
 
         Having read every match, the consumer moves past the last event
@@ -175,7 +172,7 @@ class StreamsMixin(SQLiteSupport):
             c.execute(Q["stream_pump"], {"name": name})
             row = c.fetchone()
             if row is None:
-                raise NotFound(f"no stream consumer is named {name!r}")
+                return None
             consumer = consumer_from_row(row)
             if topics.pump_stops(consumer, limit):
                 return StreamPumpResult(position=consumer.position)

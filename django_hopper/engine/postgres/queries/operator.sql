@@ -1,10 +1,11 @@
--- Operator statements over many jobs at once (the admin's bulk actions).
+-- Operator statements: cancel, retry and delete, over one job or many.
 --
--- Each takes an array of job IDs and decides every job in one statement, by
--- the same rules as the one-job statements in jobs.sql: a waiting job is
--- canceled into history and a running one gets a cancel request; a running
--- job is neither retried nor deleted; a finished job comes back to live
--- unless a live job holds its unique key. Rows are locked in ID order, so two
+-- Each takes an array of job IDs (the one-job methods pass one) and decides
+-- every job in one statement: a waiting job is canceled into history and a
+-- running one gets a cancel request (an earlier request's time is kept); a
+-- running job is neither retried nor deleted; a finished job comes back to
+-- live, available now, one more attempt allowed if it had run out, unless a
+-- live job holds its unique key. Rows are locked in ID order, so two
 -- bulk statements over overlapping sets cannot deadlock.
 
 -- name: job_cancel_many
@@ -14,7 +15,36 @@ target AS (
     SELECT j.id, j.state FROM hopper_job j WHERE j.id = ANY(%(ids)s::uuid[])
     ORDER BY j.id FOR UPDATE
 ),
-{job_cancel_targets}
+gone AS (
+    DELETE FROM hopper_job j
+    USING target t
+    WHERE j.id = t.id AND t.state <> 'running'
+    RETURNING {job_columns:j}
+),
+archived AS (
+    INSERT INTO hopper_job_history ({job_columns_history})
+    SELECT g.id, g.kind, g.queue, 'canceled', g.priority, g.attempt, g.max_attempts,
+           g.scheduled_at, g.attempted_at, g.attempted_by, g.fence, g.args,
+           {history_metadata_g},
+           g.errors || jsonb_build_array(jsonb_build_object(
+               'at', c.now, 'attempt', g.attempt, 'error', 'canceled', 'rescue', 'canceled')),
+           g.unique_key, g.ordering_key, g.partition_key, g.tags, g.batch_id, g.expires_at,
+           g.cancel_requested_at, g.awaited, g.created_at, NULL, g.progress, NULL, NULL, NULL,
+           g.step, g.subject, g.erased_at,
+           c.now, NULL
+    FROM gone g CROSS JOIN clock c
+    RETURNING {job_columns_history:hopper_job_history}
+),
+requested AS (
+    UPDATE hopper_job j
+    SET cancel_requested_at = coalesce(j.cancel_requested_at, c.now)
+    FROM target t CROSS JOIN clock c
+    WHERE j.id = t.id AND t.state = 'running'
+    RETURNING {job_columns:j}
+)
+SELECT * FROM archived
+UNION ALL
+SELECT * FROM requested
 
 -- name: job_cancel_many.where
 -- Which of the IDs are live (with their state) or only in history (all three methods read it).
@@ -52,7 +82,17 @@ h AS (
     SELECT DISTINCT ON (id) * FROM locked ORDER BY id, finalized_at DESC
 ),
 revived AS (
-    {job_revive}
+    INSERT INTO hopper_job AS j ({job_columns_live})
+        SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
+               CASE WHEN h.attempt >= h.max_attempts THEN h.attempt + 1 ELSE h.max_attempts END,
+               c.now, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
+               h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, NULL, NULL,
+               h.awaited, h.created_at, NULL,
+               CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step,
+               h.subject, h.erased_at
+        FROM h CROSS JOIN clock c
+        ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+        RETURNING {job_columns:j}
 ),
 removed AS (
     DELETE FROM hopper_job_history d USING revived r WHERE d.id = r.id

@@ -1,10 +1,11 @@
--- Operator statements over many jobs at once (the admin's bulk actions).
+-- Operator statements: cancel, retry and delete, over one job or many.
 --
--- %(ids)s is a JSON array of job IDs (hex), read with json_each. Each
--- statement decides every job by the same rules as the one-job statements in
--- jobs.sql: a waiting job is canceled into history and a running one gets a
--- cancel request; a running job is neither retried nor deleted; a finished
--- job comes back to live unless a live job holds its unique key.
+-- %(ids)s is a JSON array of job IDs (hex), read with json_each; the one-job
+-- methods pass one. A waiting job is canceled into history and a running one
+-- gets a cancel request (an earlier request's time is kept); a running job is
+-- neither retried nor deleted; a finished job comes back to live, available
+-- now, one more attempt allowed if it had run out, its progress kept unless
+-- %(from_start)s, unless a live job holds its unique key.
 
 -- name: job_cancel_many
 -- Waiting jobs to history as canceled.
@@ -44,7 +45,15 @@ ORDER BY finalized_at;
 -- name: job_retry_many
 -- Finished jobs back to live, unless a live job (or an earlier job of this
 -- call) holds their unique key.
-{job_revive}
+INSERT INTO hopper_job ({job_columns_live})
+SELECT h.id, h.kind, h.queue, 'available', h.priority, h.attempt,
+       CASE WHEN h.attempt >= h.max_attempts THEN h.attempt + 1 ELSE h.max_attempts END,
+       %(now)s, h.attempted_at, h.attempted_by, h.fence, h.args, h.metadata, h.errors,
+       h.unique_key, h.ordering_key, h.partition_key, h.tags, h.batch_id, NULL, NULL,
+       h.awaited, h.created_at, NULL,
+       CASE WHEN %(from_start)s THEN NULL ELSE h.progress END, NULL, NULL, NULL, h.step,
+       h.subject, h.erased_at
+FROM hopper_job_history AS h
 WHERE h.id IN (SELECT value FROM json_each(%(ids)s))
   AND NOT EXISTS (
       SELECT 1 FROM hopper_job AS l
