@@ -123,7 +123,7 @@ from django_hopper.engine.params import (
 from django_hopper.exceptions import (
     HistoryIndexRepairError,
     InvalidJob,
-    NotFound,
+    JobLocked,
     NotSupported,
 )
 from django_hopper.types import (
@@ -399,7 +399,10 @@ class BaseEngine(ABC):
         With ``keep_step`` the stored step is kept and ``step`` is ignored.
         """
         checks.record_progress(params)
-        return self._job_record_progress(params)
+        try:
+            return self._job_record_progress(params)
+        except JobLocked as exc:
+            raise outcomes.locked(params.id) from exc
 
     def job_get(self, id: JobID) -> JobRow | None:
         """Return a job by ID, live or from history, or None."""
@@ -563,7 +566,13 @@ class BaseEngine(ABC):
         at once (on a single-writer engine: when another transaction writes).
         """
         checks.claim_by_id(params)
-        return self._job_claim_by_id(params)
+        try:
+            claimed = self._job_claim_by_id(params)
+        except JobLocked as exc:
+            raise outcomes.locked(params.id) from exc
+        if isinstance(claimed, str):
+            raise rules.claim_by_id_refusal(claimed, params.id)
+        return claimed
 
     def job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus:
         """Extend a job lease by its TTL from database now; report a cancel request.
@@ -571,7 +580,10 @@ class BaseEngine(ABC):
         Raises JobFenced once the lease is no longer the job's. Succeeds until
         an expiry is applied, not only until ``expires_at``.
         """
-        return self._job_lease_renew(params)
+        status = self._job_lease_renew(params)
+        if status is None:
+            raise outcomes.lease_lost(params.id)
+        return status
 
     def job_expire_leases(self, params: JobExpireLeasesParams) -> list[JobRow]:
         """End the attempts of up to ``limit`` jobs whose leases are due.
@@ -1036,7 +1048,7 @@ class BaseEngine(ABC):
         name = checks.route_control(params)
         row = self._subscription_pause(params)
         if row is None:
-            raise NotFound(f"no subscription is named {name!r}")
+            raise outcomes.no_subscription(name)
         return row
 
     def subscription_resume(self, params: SubscriptionResumeParams) -> SubscriptionResumeResult:
@@ -1045,7 +1057,7 @@ class BaseEngine(ABC):
         name = checks.route_control(params)
         result = self._subscription_resume(params)
         if result is None:
-            raise NotFound(f"no subscription is named {name!r}")
+            raise outcomes.no_subscription(name)
         self.notify(CHANNEL_INSERT, result.queues)
         return result
 
@@ -1079,7 +1091,7 @@ class BaseEngine(ABC):
                 else:
                     self._cancel_deliveries(self._subscription_waiting(name), params.now, result)
         if result is None:
-            raise NotFound(f"no subscription is named {name!r}")
+            raise outcomes.no_subscription(name)
         self.notify(CHANNEL_INSERT, result.queues)
         return result
 
@@ -1136,7 +1148,7 @@ class BaseEngine(ABC):
         name = checks.route_control(params)
         row = self._stream_consumer_pause(params)
         if row is None:
-            raise NotFound(f"no stream consumer is named {name!r}")
+            raise outcomes.no_consumer(name)
         return row
 
     def stream_consumer_resume(self, params: StreamConsumerResumeParams) -> StreamConsumerRow:
@@ -1144,7 +1156,7 @@ class BaseEngine(ABC):
         name = checks.route_control(params)
         row = self._stream_consumer_resume(params)
         if row is None:
-            raise NotFound(f"no stream consumer is named {name!r}")
+            raise outcomes.no_consumer(name)
         return row
 
     def stream_consumer_reset(self, params: StreamConsumerResetParams) -> StreamConsumerRow:
@@ -1154,11 +1166,14 @@ class BaseEngine(ABC):
         name = checks.route_control(params)
         row = next((r for r in self._stream_consumer_list() if r.name == name), None)
         if row is None:
-            raise NotFound(f"no stream consumer is named {name!r}")
+            raise outcomes.no_consumer(name)
         earliest = row.start == StreamStart.EARLIEST
         mode = StreamStart.EARLIEST if earliest else StreamStart.LATEST
         seek = StreamSeekParams(earliest=earliest, latest=not earliest)
-        return self._stream_consumer_seek(name, seek, mode)
+        moved = self._stream_consumer_seek(name, seek, mode)
+        if moved is None:
+            raise outcomes.no_consumer(name)
+        return moved
 
     def stream_consumer_delete(self, params: StreamConsumerDeleteParams) -> RouteDeleteResult:
         """Delete a consumer and its position; its events stay in the log for the others.
@@ -1177,7 +1192,7 @@ class BaseEngine(ABC):
                 if params.cancel_pending:
                     self._cancel_deliveries(self._stream_consumer_waiting(name), params.now, result)
         if result is None:
-            raise NotFound(f"no stream consumer is named {name!r}")
+            raise outcomes.no_consumer(name)
         return result
 
     def stream_consumer_lag(self, params: StreamConsumerLagParams) -> list[StreamConsumerLag]:
@@ -1303,10 +1318,12 @@ class BaseEngine(ABC):
     # -- job leases and the step ledger
 
     @abstractmethod
-    def _job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow: ...
+    def _job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow | str:
+        """Claim the job, or return the refusal's status (``rules.claim_by_id_refusal``)."""
 
     @abstractmethod
-    def _job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus: ...
+    def _job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus | None:
+        """Extend the lease; None once it is no longer the job's."""
 
     @abstractmethod
     def _job_expire_leases(self, params: JobExpireLeasesParams) -> list[JobRow]: ...

@@ -14,7 +14,15 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from django_hopper.exceptions import HopperError, JobFenced, JobRunning, NotFound, UniqueConflict
+from django_hopper.exceptions import (
+    HopperError,
+    JobErased,
+    JobFenced,
+    JobLocked,
+    JobRunning,
+    NotFound,
+    UniqueConflict,
+)
 from django_hopper.types import (
     CHANNEL_CONTROL,
     CHANNEL_DONE,
@@ -98,9 +106,20 @@ def lease_lost(id: JobID) -> JobFenced:
     return JobFenced(f"the lease of job {id} is no longer the job's")
 
 
+def locked(id: JobID) -> JobLocked:
+    """The error of a call told not to wait, when another transaction holds the job
+    (on a single-writer engine: when another transaction writes)."""
+    return JobLocked(f"job {id} is locked by another transaction")
+
+
 def no_consumer(name: str) -> NotFound:
     """The error of a call naming a stream consumer that does not exist."""
     return NotFound(f"no stream consumer is named {name!r}")
+
+
+def no_subscription(name: str) -> NotFound:
+    """The error of a call naming a subscription that does not exist."""
+    return NotFound(f"no subscription is named {name!r}")
 
 
 def done(jobs: Sequence[JobRow]) -> list[Notice]:

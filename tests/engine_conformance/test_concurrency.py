@@ -299,8 +299,10 @@ def test_progress__no_wait_raises_job_locked_while_another_transaction_holds_the
         now=now,
     )
 
-    with row_held(job), pytest.raises(JobLocked):
+    with row_held(job), pytest.raises(JobLocked) as info:
         tx_engine.job_record_progress(params)
+
+    assert str(info.value) == f"job {job.id} is locked by another transaction"
 
     assert get(tx_engine, job).progress is None
     assert tx_engine.job_record_progress(params) is not None
@@ -313,8 +315,10 @@ def test_claim_by_id__no_wait_raises_job_locked_while_another_transaction_holds_
     job = insert(tx_engine, now, queue="by-id")
     params = JobClaimByIDParams(id=job.id, fence=0, ttl=HOUR, now=now, no_wait=True)
 
-    with row_held(job), pytest.raises(JobLocked):
+    with row_held(job), pytest.raises(JobLocked) as info:
         tx_engine.job_claim_by_id(params)
+
+    assert str(info.value) == f"job {job.id} is locked by another transaction"
 
     assert (get(tx_engine, job).state, get(tx_engine, job).fence) == ("available", 0)
     assert tx_engine.job_claim_by_id(params).job.state == "running"

@@ -24,15 +24,14 @@ from django_hopper.engine.postgres.convert import job_from_row
 from django_hopper.engine.postgres.support import PostgresSupport, db_errors
 from django_hopper.engine.postgres.workflows import attach_dependencies
 from django_hopper.engine.queries import COL, JOB_WIDTH
-from django_hopper.engine.rules import claim_by_id_refusal, lease_expiry_result
-from django_hopper.exceptions import JobFenced
+from django_hopper.engine.rules import lease_expiry_result
 from django_hopper.types import JobRow, LeaseFence
 
 
 class LeasesMixin(PostgresSupport):
     """job_claim_by_id, job_lease_renew and job_expire_leases."""
 
-    def _job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow:
+    def _job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow | str:
         """Lock the job's row (waiting for a holder unless ``no_wait``), then claim
         it or say why not."""
         values = {"id": params.id, "fence": params.fence, "ttl": params.ttl, "now": params.now}
@@ -43,7 +42,7 @@ class LeasesMixin(PostgresSupport):
             self._fetchone(lock, values)
             row = self._fetchone("job_claim_by_id", values)
         if row is None or row[0] != "claimed":
-            raise claim_by_id_refusal(row[0] if row else "not_found", params.id)
+            return str(row[0]) if row else "not_found"
         job = job_from_row(row[1 : 1 + JOB_WIDTH])
         token, expires_at = row[1 + COL.lease_token], row[1 + COL.lease_expires_at]
         if job.decode_error is not None:
@@ -51,8 +50,8 @@ class LeasesMixin(PostgresSupport):
         job = attach_dependencies(self, [job])[0]
         return JobLeaseRow(job=job, lease=LeaseFence(token, job.fence), expires_at=expires_at)
 
-    def _job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus:
-        """Extend the lease by its TTL; JobFenced once it is no longer the job's."""
+    def _job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus | None:
+        """Extend the lease by its TTL; None once it is no longer the job's."""
         row = self._fetchone(
             "job_lease_renew",
             {
@@ -63,7 +62,7 @@ class LeasesMixin(PostgresSupport):
             },
         )
         if row is None:
-            raise JobFenced(f"the lease of job {params.id} is no longer the job's")
+            return None
         return JobLeaseStatus(expires_at=row[0], cancel_requested=bool(row[1]))
 
     def _job_expire_leases(self, params: JobExpireLeasesParams) -> list[JobRow]:

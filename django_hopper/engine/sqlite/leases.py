@@ -28,11 +28,11 @@ from django_hopper.engine.params import (
     JobListParams,
 )
 from django_hopper.engine.queries import COL
-from django_hopper.engine.rules import claim_by_id_refusal, lease_expiry_result
+from django_hopper.engine.rules import lease_expiry_result
 from django_hopper.engine.sqlite.convert import db_time, from_db_time, job_from_row
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, is_locked, translate_errors
 from django_hopper.engine.sqlite.workflows import attach_dependencies
-from django_hopper.exceptions import JobFenced, JobLocked
+from django_hopper.exceptions import JobLocked
 from django_hopper.types import JobRow, LeaseFence
 
 _MICROSECOND = dt.timedelta(microseconds=1)
@@ -42,7 +42,7 @@ class LeasesMixin(SQLiteSupport):
     """job_claim_by_id, job_lease_renew and job_expire_leases."""
 
     @translate_errors
-    def _job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow:
+    def _job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow | str:
         """Claim the job under a new lease, or say why not, in one write transaction."""
         now, now_s = self._now(params.now)
         args = {
@@ -67,7 +67,7 @@ class LeasesMixin(SQLiteSupport):
             with self._atomic(), self._cursor() as c:
                 row, status = self._claim_by_id(c, args)
         if row is None:
-            raise claim_by_id_refusal(status, params.id)
+            return status
         job = job_from_row(row)
         if job.decode_error is not None:
             token = uuid.UUID(row[COL.lease_token])
@@ -91,8 +91,8 @@ class LeasesMixin(SQLiteSupport):
         return None, str(c.fetchone()[0])
 
     @translate_errors
-    def _job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus:
-        """Extend the lease by its TTL; JobFenced once it is no longer the job's."""
+    def _job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus | None:
+        """Extend the lease by its TTL; None once it is no longer the job's."""
         _, now_s = self._now(params.now)
         args = {
             "id": params.id.hex,
@@ -104,7 +104,7 @@ class LeasesMixin(SQLiteSupport):
             c.execute(Q["job_lease_renew"], args)
             row = c.fetchone()
         if row is None:
-            raise JobFenced(f"the lease of job {params.id} is no longer the job's")
+            return None
         return JobLeaseStatus(expires_at=from_db_time(row[0]), cancel_requested=row[1] is not None)
 
     @translate_errors

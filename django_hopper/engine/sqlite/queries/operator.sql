@@ -12,8 +12,8 @@
 INSERT INTO hopper_job_history ({job_columns_history})
 SELECT id, kind, queue, 'canceled', priority, attempt, max_attempts, scheduled_at,
        attempted_at, attempted_by, fence, args, {history_metadata},
-       json_insert(errors, '$[#]', json_object('at', %(at)s, 'attempt', attempt,
-                                               'error', 'canceled', 'rescue', 'canceled')),
+       hopper_json_append(errors, json_object('at', %(at)s, 'attempt', attempt,
+                                              'error', 'canceled', 'rescue', 'canceled')),
        unique_key, ordering_key, partition_key, tags, batch_id, expires_at,
        cancel_requested_at, awaited, created_at, NULL, progress, NULL, NULL, NULL,
        step, subject, erased_at, %(now)s, NULL
