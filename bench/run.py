@@ -74,8 +74,10 @@ def size(name: str, scale: float, full_size: bool = False) -> int:
     return max(floor, int(full * scale))
 
 
-def cold_jobs(scale: float) -> int:
-    """Return how many jobs the cold section enqueues and works."""
+def cold_jobs(scale: float, given: int | None = None) -> int:
+    """Return how many jobs the cold section enqueues and works (``--cold-jobs`` if given)."""
+    if given:
+        return given
     return max(2_000, int(COLD_JOBS * min(1.0, scale * 4)))
 
 
@@ -551,7 +553,7 @@ class Suite:
 
         from bench.jobs import noop
 
-        n = cold_jobs(self.scale)
+        n = cold_jobs(self.scale, self.args.cold_jobs)
         out: dict[str, Any] = {"jobs": n}
         for processes in (1, 2):
             connections.close_all()
@@ -1456,7 +1458,7 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "loadavg": os.getloadavg(),
         "sizes": {k: size(k, args.scale, args.full) for k in SIZES},
-        "cold_jobs": cold_jobs(args.scale) if args.cold else 0,
+        "cold_jobs": cold_jobs(args.scale, args.cold_jobs) if args.cold else 0,
         "full": args.full,
     }
 
@@ -1487,6 +1489,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_false",
         help="Skip the cold section (a fresh database, jobs enqueued one per transaction, "
         "long-running workers, no warm-up).",
+    )
+    parser.add_argument(
+        "--cold-jobs",
+        type=int,
+        default=None,
+        help="Jobs of the cold section (default: 20,000 at --scale 0.25 and above, fewer below).",
     )
     parser.add_argument(
         "--full",
@@ -1544,6 +1552,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd += ["--profile"] * args.profile + ["--profile-only"] * args.profile_only
             cmd += ["--quiet"] * args.quiet
             cmd += ["--no-cold"] * (not args.cold) + ["--full"] * args.full
+            cmd += ["--cold-jobs", str(args.cold_jobs)] if args.cold_jobs else []
             code = subprocess.call(cmd, cwd=BASE_DIR, env=worker_env())
             if code:
                 print(f"bench: the {engine} run failed (exit {code})", file=sys.stderr)

@@ -608,6 +608,18 @@ def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]
     # (importing the public API must not need settings).
     from django_hopper.engine.params import JobInsertOpts, JobInsertResult  # noqa: PLC0415 - keeps `from django_hopper import job` from loading the engine
 
+    skip_opts = JobInsertOpts(notify=True, on_conflict=ConflictAction.SKIP)
+    if len(entries) == 1 and entries[0][1].unique_key is None:
+        # One job without a unique key (every plain enqueue()): one insert, what
+        # the general path below does for it, without its grouping.
+        fn, params_one = entries[0]
+        if signals.job_enqueuing.receivers:
+            params_one = signals.enqueuing(fn, [params_one])[0]
+        one = engine.job_insert_many([params_one], skip_opts)[0]
+        handle = JobHandle(one.job, duplicate=one.duplicate, alias=engine.alias)
+        if job_enqueued.receivers:
+            job_enqueued.send(sender=fn, jobs=[one.job], duplicates=[])
+        return [handle]
     plain: list[int] = []
     skip: list[int] = []
     replace: list[int] = []
@@ -629,7 +641,6 @@ def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]
         # One multi-row statement takes plain and unique jobs alike.
         skip = sorted(plain + skip) if skip else plain
         plain = []
-    skip_opts = JobInsertOpts(notify=True, on_conflict=ConflictAction.SKIP)
     replace_opts = JobInsertOpts(notify=True, on_conflict=ConflictAction.REPLACE)
     groups = [
         (group, insert, opts)

@@ -48,7 +48,17 @@ def load_json(value: Any) -> Any:
 
 
 def dump_json(value: Any, field: str) -> str:
-    """Encode a JSON value, refusing what JSON cannot hold with an error naming the field."""
+    """Encode a JSON value, refusing what JSON cannot hold with an error naming the field.
+
+    The empty object and list (most jobs' metadata and tags) are written
+    directly, without the encoder.
+    """
+    if not value:
+        kind = type(value)
+        if kind is dict:
+            return "{}"
+        if kind is list:
+            return "[]"
     try:
         return json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
