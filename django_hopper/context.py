@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from asgiref.sync import sync_to_async
@@ -83,6 +84,9 @@ class JobContext:
         #: The job lease the attempt is fenced to, when one owns the job: a claim
         #: by ID, or a resumable pass after BEGIN. Its result is fenced to it.
         self.lease_token: JobID | None = None
+        #: Set by the worker running the attempt: completes it at once, in the
+        #: caller's transaction (:meth:`complete`). None outside a worker.
+        self.completion: Callable[[JSON], None] | None = None
 
     # -- the claim ----------------------------------------------------------
 
@@ -209,6 +213,32 @@ class JobContext:
         params = self._progress_params(step, cursor, keep_step, no_wait)
         progress = await sync_to_async(self._engine.job_record_progress)(params)
         return self._stored(progress)
+
+    # -- completing inside the job's own transaction -------------------------
+
+    def complete(self, output: JSON = None) -> None:
+        """Complete the job now, in the transaction the job has open, so that the
+        job's own rows and its completion commit together, or neither does.
+
+        Once that transaction commits the job is completed with ``output``
+        (and the log lines so far); what the function returns or raises
+        afterwards is ignored. If it rolls back, nothing happened: the attempt
+        goes on and ends as it would have. Outside a transaction the
+        completion commits at once. Raises JobFenced, writing nothing, when
+        the attempt no longer owns the job, and InvalidJob for an output that
+        is not JSON or a resumable pass (which ends by returning ``Pass``).
+        """
+        if self.completion is None or self.progress_owner is not None:
+            raise InvalidJob(
+                "complete() ends an attempt a worker runs; a resumable pass returns "
+                "Pass(done=True), and a job taken by ID completes through its lease",
+                field="complete",
+            )
+        self.completion(validation.json_normalize(output, "output"))
+
+    def lost_claim(self) -> None:
+        """Record that the attempt learned it no longer owns the job."""
+        self._lost = True
 
     # -- logs ---------------------------------------------------------------
 

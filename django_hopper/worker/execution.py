@@ -40,15 +40,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections, connections
+from django.db import close_old_connections, connections, transaction
 
 from django_hopper import signals, validation
 from django_hopper.conf import hopper_settings
 from django_hopper.context import AttemptSettled, JobContext, JobDiscard, JobSnooze
-from django_hopper.engine.params import JobFinalize
+from django_hopper.engine.params import JobFinalize, JobFinalizeParams
 from django_hopper.exceptions import InvalidJob, JobCanceled, JobFenced
 from django_hopper.retry import backoff
 from django_hopper.types import AttemptError, JobState, RescueReason
+from django_hopper.worker.completer import settle_finished
 from django_hopper.worker.db import close_thread_connections
 from django_hopper.worker.logs import JobLogger, job_logger
 from django_hopper.worker.logs import logger as _logger
@@ -249,6 +250,34 @@ def _format(exc: BaseException) -> tuple[str, str]:
 def _call_args(job: JobRow) -> tuple[list[Any], dict[str, Any]]:
     stored = job.args if isinstance(job.args, dict) else {}
     return list(stored.get("args") or []), dict(stored.get("kwargs") or {})
+
+
+def complete_now(ex: Execution, engine: BaseEngine, output: Any) -> None:
+    """Complete ``ex``'s attempt in the caller's transaction (``JobContext.complete``).
+
+    The statement the completer would run, fenced to the attempt's claim (or
+    its pass lease); once the caller's transaction commits the attempt is
+    settled, and the worker writes no result for it. JobFenced, writing
+    nothing, when the claim lost the job.
+    """
+    ctx = ex.context
+    result = fenced_to_claim(ctx, completed(ex.job, output, ctx.log_text(), ex.fn))
+    applied = engine.job_finalize_many(
+        JobFinalizeParams(
+            jobs=[result],
+            no_batches=ex.job.batch_id is None,
+            keep_logs=int(hopper_settings.KEEP_LOGS),
+        )
+    )
+    if not applied:
+        ctx.lost_claim()
+        raise JobFenced(f"job {ex.job.id} is no longer owned by this attempt; not completed")
+
+    def settled() -> None:
+        ex.settled_state = JobState.COMPLETED
+        settle_finished(engine, [ex.job])
+
+    transaction.on_commit(settled, using=engine.alias)
 
 
 def fenced_to_claim(context: JobContext, result: JobFinalize) -> JobFinalize:
@@ -613,6 +642,9 @@ def _error_outcome(ex: Execution, exc: BaseException) -> JobFinalize | None:
     if isinstance(exc, AttemptSettled):
         ex.settled_state = exc.state
         return None
+    if ex.settled_state:
+        ex.log.warning("raised after it completed itself (ignored): %r", exc)
+        return None
     if isinstance(exc, JobSnooze):
         return snoozed(job, exc, ctx.log_text())
     ex.exception = exc
@@ -630,8 +662,11 @@ def _error_outcome(ex: Execution, exc: BaseException) -> JobFinalize | None:
     return failed(job, message, trace, ctx.log_text())
 
 
-def _output_outcome(ex: Execution, output: Any) -> JobFinalize:
-    """Complete the attempt with its return value, which must be JSON."""
+def _output_outcome(ex: Execution, output: Any) -> JobFinalize | None:
+    """Complete the attempt with its return value, which must be JSON (None: the
+    attempt completed itself in its transaction, ``JobContext.complete``)."""
+    if ex.settled_state:
+        return None
     problem = _json_error(output)
     if problem is not None:
         return failed(ex.job, problem, log=ex.context.log_text())

@@ -27,6 +27,7 @@ timeouts.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import os
 import signal
@@ -280,6 +281,7 @@ class Worker:
             timeout=timeout if timeout and timeout > 0 else None,
             owner=producer,
         )
+        ex.context.completion = functools.partial(execution.complete_now, ex, self.engine)
         with self._exec_lock:
             self.executions[job.id] = ex
         if _debug():

@@ -297,6 +297,60 @@ def test_progress_takes_a_step_or_keep_step_and_no_wait_never_waits_for_the_row(
     assert (context.progress.step, context.progress.cursor) == ("one", 3)
 
 
+def test_complete_in_the_jobs_transaction_commits_the_completion_with_the_jobs_rows(
+    tx_engine, make_worker
+):
+    job = insert(tx_engine, jobs.rt_complete_in_transaction)
+
+    assert make_worker().run_once() == 1
+
+    row = get(tx_engine, job)
+    assert (row.state, row.output, row.attempt) == ("completed", {"done": 1}, 1)
+    assert list(Effect.objects.values_list("fence", "note")) == [(row.fence, "in-tx")]
+    assert [log.log for log in tx_engine.job_logs(job.id)] == ["before the transaction\n"]
+
+
+def test_complete_in_a_rolled_back_transaction_completed_nothing(tx_engine, make_worker):
+    job = insert(tx_engine, jobs.rt_complete_in_transaction, roll_back=True)
+
+    make_worker().run_once()
+
+    row = get(tx_engine, job)
+    assert (row.state, row.errors[-1].error) == (
+        "retryable",
+        "RuntimeError: roll back the first attempt",
+    )
+    assert not Effect.objects.exists()
+    make_due(tx_engine, job)
+    make_worker().run_once()
+    row = get(tx_engine, job)
+    assert (row.state, row.output) == ("completed", {"done": 2})
+    assert list(Effect.objects.values_list("fence", flat=True)) == [row.fence]
+
+
+def test_what_a_job_raises_after_completing_itself_changes_nothing(tx_engine, make_worker):
+    job = insert(tx_engine, jobs.rt_complete_in_transaction, raise_after=True)
+
+    make_worker().run_once()
+
+    row = get(tx_engine, job)
+    assert (row.state, row.output, row.errors) == ("completed", {"done": 1}, [])
+
+
+def test_complete_is_refused_outside_a_workers_attempt(tx_engine):
+    job = insert(tx_engine, jobs.noop)
+    client = tx_engine.client_register(
+        ClientRegisterParams(hostname="t", ttl=dt.timedelta(seconds=30))
+    )
+    (claimed,) = tx_engine.job_claim(
+        JobClaimParams(queue="default", client_id=client, limit=1)
+    ).jobs
+
+    with pytest.raises(InvalidJob):
+        JobContext(claimed, tx_engine).complete(1)
+    assert get(tx_engine, job).state == "running"
+
+
 def test_job_started_and_finished_signals_are_sent(tx_engine, make_worker):
     from django_hopper import signals
 

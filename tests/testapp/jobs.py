@@ -316,3 +316,26 @@ def rt_gate(context: Any, name: str) -> dict[str, Any]:
     context.log(f"greeted {name}")
     context.record_progress("greeted", {"name": name})
     return {"greeted": name}
+
+
+@job(takes_context=True, max_attempts=3)
+def rt_complete_in_transaction(
+    context: Any, roll_back: bool = False, raise_after: bool = False
+) -> str:
+    """Write an effect and complete the job in one transaction (JobContext.complete)."""
+    from django.db import transaction
+
+    from tests.testapp.models import Effect
+
+    context.log("before the transaction")
+    try:
+        with transaction.atomic():
+            Effect.objects.create(job_id=context.job_id, fence=context.job.fence, note="in-tx")
+            context.complete({"done": context.attempt})
+            if roll_back and context.attempt == 1:
+                raise RuntimeError("roll back the first attempt")
+    finally:
+        context.log("after the transaction")
+    if raise_after:
+        raise RuntimeError("raised after the completion committed")
+    return "the return value is ignored once the job completed itself"
