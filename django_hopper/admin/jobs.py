@@ -21,6 +21,7 @@ from django_hopper import api, topology
 from django_hopper.admin.bulk import apply_in_chunks, count_into
 from django_hopper.admin.common import (
     EMPTY,
+    ROW_EXTRA,
     FieldsetsViewAdmin,
     Outcomes,
     admin_url,
@@ -30,6 +31,8 @@ from django_hopper.admin.common import (
     job_url,
     pretty,
     request_alias,
+    row_extra,
+    row_extra_or_read,
     seconds_text,
     time_column,
     time_text,
@@ -43,7 +46,13 @@ from django_hopper.models import (
     JobDependency,
     JobHistory,
 )
-from django_hopper.types import AttemptError, JobManyResult, Progress
+from django_hopper.types import (
+    FINAL_STATES,
+    LIVE_STATES,
+    AttemptError,
+    JobManyResult,
+    Progress,
+)
 
 
 def _alias_of(obj: Model) -> str | None:
@@ -138,12 +147,17 @@ class JobAdminBase(FieldsetsViewAdmin):
     change_form_template = "admin/django_hopper/job/change_form.html"
 
     def get_fieldsets(self, request: HttpRequest, obj: Model | None = None) -> Any:
-        """Add the batch and workflow section to jobs that belong to one, and the
+        """Add the batch and workflow section to jobs that belong to one, the
         data-subject section (first, so an erased job says so at the top) to jobs
-        with a subject or erased."""
+        with a subject or erased, and before it a section saying why a job's stored
+        values do not decode, when they do not."""
         fieldsets = list(super().get_fieldsets(request, obj))
         if isinstance(obj, Job | JobHistory) and (obj.subject or obj.erased_at):
             fieldsets.insert(0, ("Data subject", {"fields": ("subject", "erased")}))
+        if isinstance(obj, Job | JobHistory) and self._decode_error(obj):
+            fieldsets.insert(
+                0, ("Stored values that do not decode", {"fields": ("decode_error_text",)})
+            )
         if isinstance(obj, Job | JobHistory) and (obj.batch_id or obj.step):
             fieldsets.insert(
                 1,
@@ -178,10 +192,59 @@ class JobAdminBase(FieldsetsViewAdmin):
 
     @admin.display(description="kind")
     def kind_text(self, obj: Job | JobHistory) -> SafeString:
-        """Show the kind, breakable after each dot so the column stays narrow."""
-        return format_html_join(
+        """Show the kind, breakable after each dot so the column stays narrow, and under it
+        why the row's stored values do not decode, if they do not."""
+        kind = format_html_join(
             mark_safe(".<wbr>"), "{}", ((part,) for part in obj.kind.split("."))
         )
+        error = row_extra(obj)
+        if not error:
+            return kind
+        return format_html(
+            '{}<span class="hopper-decode-error" title="{}">does not decode: {}</span>',
+            kind,
+            error,
+            error if len(error) <= 120 else error[:117] + "...",
+        )
+
+    def annotate_rows(self, request: HttpRequest, rows: list[Any]) -> None:
+        """Attach each row's decode error, from one engine read of the page's jobs.
+
+        The list reads rows through the ORM, which shows a value that does not
+        decode as whatever it holds; the engine's tolerant read names what is
+        wrong (``JobRow.decode_error``), so the operator sees why a job failed
+        with ``rescue="undecodable"`` or cannot run.
+        """
+        errors = self._decode_errors([row.id for row in rows], _alias_of(rows[0]))
+        for row in rows:
+            setattr(row, ROW_EXTRA, errors.get(row.id, ""))
+
+    def _decode_error(self, obj: Job | JobHistory) -> str:
+        """Return the job's decode error ("" if none): attached by the list, or read once."""
+        error: str = row_extra_or_read(
+            obj, lambda: self._decode_errors([obj.id], _alias_of(obj)).get(obj.id, "")
+        )
+        return error
+
+    def _decode_errors(self, ids: list[uuid.UUID], alias: str | None) -> dict[uuid.UUID, str]:
+        """Return the decode error of each of these jobs that has one (one query on the
+        alias the rows were read from)."""
+        if not ids:
+            return {}
+        states = LIVE_STATES if self.model is Job else FINAL_STATES
+        try:
+            found = api.list_jobs(ids=ids, states=states, limit=len(ids), using=alias)
+        except HopperError:
+            return {}
+        return {job.id: job.decode_error for job in found if job.decode_error}
+
+    @admin.display(description="does not decode")
+    def decode_error_text(self, obj: Job | JobHistory) -> SafeString:
+        """Say which stored values of this job do not decode, and why (the engine's read)."""
+        error = self._decode_error(obj)
+        if not error:
+            return mark_safe(EMPTY)
+        return format_html('<pre class="hopper-pre hopper-decode-error">{}</pre>', error)
 
     @admin.display(description="tries")
     def attempts(self, obj: Job | JobHistory) -> str:
