@@ -198,6 +198,27 @@ def test_worker_pass__a_claim_with_too_little_lease_left_misses_and_costs_no_att
     assert state is not None and (state.admission_misses, state.began_at) == (1, None)
 
 
+def test_begin__three_misses_in_a_row_do_not_discard_a_run_under_the_default_bound(
+    engine: BaseEngine, client_id: int
+) -> None:
+    from django_hopper.runs import begin_pass
+
+    handle = paged.start(n=1, instance="three")
+    for k in range(1, 4):
+        at = engine.now() + k * HOUR
+        (job,) = engine.job_claim(
+            JobClaimParams(queue="pl", client_id=client_id, limit=1, now=at)
+        ).jobs
+        with pytest.raises(AttemptSettled):
+            begin_pass(engine, JobContext(job, engine), paged.lease, waited=59.0)
+
+    job = handle.refresh()
+    assert job.state == JobState.SCHEDULED and job.attempt == 0 and job.errors == []
+    assert paged.pass_state(job.id).admission_misses == 3  # type: ignore[union-attr]
+    assert worker_pass(engine, client_id, "pl", now=engine.now() + 5 * HOUR) == "done"
+    assert handle.refresh().state == JobState.COMPLETED
+
+
 @override_settings(HOPPER={"ADMISSION_MISS_MAX": 3})
 def test_begin__misses_keep_the_run_waiting_and_the_bound_fails_it_with_the_reason(
     engine: BaseEngine, client_id: int
