@@ -672,11 +672,15 @@ class DriveReport:
     stopped: str = "done"
     #: (run ID, error) of each pass that failed or could not be driven.
     errors: list[tuple[JobID, str]] = dataclasses.field(default_factory=list)
+    #: (run ID, why) of each claim that did not BEGIN: not a failure, but a sign
+    #: that the run's lease is too short for where it runs.
+    warnings: list[tuple[JobID, str]] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """Return the report as JSON-ready data (for cron logs and the command)."""
         data = dataclasses.asdict(self)
         data["errors"] = [{"run": str(i), "error": e} for i, e in self.errors]
+        data["warnings"] = [{"run": str(i), "warning": w} for i, w in self.warnings]
         return data
 
 
@@ -756,6 +760,9 @@ def drive_due(
             continue
         if outcome == "missed":
             report.missed += 1
+            after = engine.job_get(job.id)
+            why = after.snooze_reason if after is not None else None
+            report.warnings.append((job.id, why or "the claim did not begin its pass"))
             continue
         report.driven += 1
         if outcome == "done":

@@ -369,6 +369,22 @@ def test_drive_due__drives_due_runs_up_to_the_limit_and_reports(engine: BaseEngi
     assert (rest.driven, rest.finished, rest.stopped) == (1, 1, "done")
 
 
+def test_drive_due__reports_a_claim_that_did_not_begin_as_a_miss_with_a_warning(
+    engine: BaseEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_hopper import runs
+
+    monkeypatch.setattr(runs, "pass_margin", lambda lease: lease - dt.timedelta(microseconds=1))
+    handle = single.start(instance="drive-miss")
+
+    report = drive_due(limit=10, kinds=(single.kind,))
+
+    assert (report.driven, report.missed, report.failed) == (0, 1, 0)
+    ((run_id, warning),) = report.warnings
+    assert run_id == handle.id and "admission miss 1/10" in warning
+    assert handle.refresh().attempt == 0
+
+
 def test_drive_due__stops_at_its_deadline_and_reports_failures_without_stopping(
     engine: BaseEngine,
 ) -> None:
