@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from django_hopper import signals
+from django_hopper import signals, topology
 from django_hopper.api import parse_job_id
 from django_hopper.engine import get_engine
 from django_hopper.engine.params import BatchInsertParams, JobInsertOpts
@@ -159,7 +159,9 @@ class Batch:
         if not self._calls:
             raise InvalidJob("a batch needs at least one job", field="jobs")
         metadata = json_normalize(self.metadata, "metadata")
-        engine = get_engine()
+        queues = [p.queue for p in self._calls]
+        queues += [c.queue for c in self._callbacks.values()]
+        engine = get_engine(topology.single_alias(queues, "a batch"))
         with transaction.atomic(using=engine.alias):
             batch_id = engine.batch_insert(
                 BatchInsertParams(

@@ -23,12 +23,14 @@ The rules are written here once; the engine and the worker ask these functions.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
 from django_hopper.conf import hopper_settings
+from django_hopper.exceptions import InvalidJob
 
 #: The pool modes hopper knows how to work through.
 POOLER_MODES = ("session", "transaction")
@@ -45,6 +47,30 @@ def aliases() -> list[str]:
     main = str(hopper_settings.DATABASE)
     others = sorted(set(hopper_settings.QUEUE_DATABASES.values()) - {main})
     return [main, *others]
+
+
+def single_alias(queues: Iterable[str], what: str) -> str:
+    """Return the one alias every queue of ``queues`` lives on, for what is written at once.
+
+    A batch or a workflow is one atomic write whose jobs, dependencies and
+    callbacks refer to each other: it cannot span databases (there is no
+    transaction across them). Raises InvalidJob naming the queues of each
+    alias when they differ.
+    """
+    by_alias: dict[str, set[str]] = {}
+    for queue in queues:
+        by_alias.setdefault(queue_alias(queue), set()).add(queue)
+    if len(by_alias) > 1:
+        where = "; ".join(
+            f"{', '.join(repr(q) for q in sorted(qs))} on {alias!r}"
+            for alias, qs in sorted(by_alias.items())
+        )
+        raise InvalidJob(
+            f"{what} must live on one database (HOPPER['QUEUE_DATABASES']): its queues "
+            f"are {where}; use queues of one alias, or enqueue the parts separately",
+            field="queue",
+        )
+    return next(iter(by_alias), str(hopper_settings.DATABASE))
 
 
 def queues_of(alias: str, queues: dict[str, int]) -> dict[str, int]:

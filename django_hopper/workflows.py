@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from django_hopper import signals
+from django_hopper import signals, topology
 from django_hopper.api import parse_job_id
 from django_hopper.batches import call_params
 from django_hopper.engine import get_engine
@@ -204,7 +204,9 @@ class Workflow:
     def enqueue(self) -> WorkflowHandle:
         """Write the workflow atomically, inside the caller's transaction if there is one."""
 
-        engine = get_engine()
+        queues = [n.params.queue for n in self.nodes]
+        queues += [c.queue for c in self._callbacks.values()]
+        engine = get_engine(topology.single_alias(queues, "a workflow"))
         result = engine.workflow_insert(
             WorkflowInsertParams(
                 name=self.name,

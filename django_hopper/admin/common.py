@@ -151,13 +151,16 @@ def find_job(job_id: uuid.UUID) -> tuple[str, str | None] | None:
     return None
 
 
-def job_link(job_id: uuid.UUID | None, state: str | None, label: str | None = None) -> SafeString:
-    """Link a job to its admin page with its state, or say it is gone."""
+def job_link(
+    job_id: uuid.UUID | None, state: str | None, label: str | None = None, alias: str | None = None
+) -> SafeString:
+    """Link a job to its admin page (on ``alias``) with its state, or say it is gone."""
     if job_id is None:
         return mark_safe(EMPTY)
     if state is None:
         return format_html("{} <em>(gone)</em>", label or job_id)
-    return format_html('<a href="{}">{}</a> ({})', job_url(job_id, state), label or job_id, state)
+    url = job_url(job_id, state, alias)
+    return format_html('<a href="{}">{}</a> ({})', url, label or job_id, state)
 
 
 def client_link(client_id: Any) -> SafeString:

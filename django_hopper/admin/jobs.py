@@ -61,6 +61,12 @@ def _alias_of(obj: Model) -> str | None:
     return alias if alias in topology.aliases() else None
 
 
+def _other_alias(obj: Model) -> str | None:
+    """Return the alias a job row was read from when it is not ``DATABASE``, else None."""
+    alias = _alias_of(obj)
+    return alias if alias is not None and alias != topology.aliases()[0] else None
+
+
 class JobAdminBase(FieldsetsViewAdmin):
     """What the live and the history job admins share."""
 
@@ -275,37 +281,46 @@ class JobAdminBase(FieldsetsViewAdmin):
         """Link the job's batch, saying whether it is a workflow (and its name)."""
         if obj.batch_id is None:
             return mark_safe(EMPTY)
-        batch = Batch.objects.filter(id=obj.batch_id).only("id", "name", "is_workflow").first()
+        alias = _other_alias(obj)
+        batches = Batch.objects.all() if alias is None else Batch.objects.using(alias)
+        batch = batches.filter(id=obj.batch_id).only("id", "name", "is_workflow").first()
         if batch is None:
             return format_html("{} <em>(gone)</em>", obj.batch_id)
         what = f"workflow {batch.name}" if batch.is_workflow else "batch"
+        if alias is not None:  # the batch pages read DATABASE
+            return format_html("{} {} (database {})", what, batch.id, alias)
         return format_html(
             '<a href="{}">{} {}</a>', admin_url("batch", "change", batch.id), what, batch.id
         )
 
-    def _edges(self, pairs: list[tuple[uuid.UUID, str, bool]]) -> SafeString:
+    def _edges(self, pairs: list[tuple[uuid.UUID, str, bool]], alias: str | None) -> SafeString:
         """Render (job, on_failure, reads) edges as links to the jobs, with their steps."""
         if not pairs:
             return mark_safe(EMPTY)
-        refs = job_refs(other for other, _, _ in pairs)
+        refs = job_refs((other for other, _, _ in pairs), alias)
         items = []
         for other, on_failure, reads in pairs:
             state, step = refs.get(other, (None, None))
             label = f"{step} {other}" if step else str(other)
-            items.append((job_link(other, state, label), on_failure, ", reads" if reads else ""))
+            link = job_link(other, state, label, alias)
+            items.append((link, on_failure, ", reads" if reads else ""))
         return format_html_join(mark_safe("<br>"), "{} &middot; on failure: {}{}", items)
 
     @admin.display(description="runs after")
     def dependencies(self, obj: Job | JobHistory) -> SafeString:
         """Show the jobs this one waits for, each with the edge's failure policy."""
-        rows = JobDependency.objects.filter(job_id=obj.id).order_by("id")
-        return self._edges([(r.depends_on, r.on_failure, r.reads) for r in rows])
+        alias = _other_alias(obj)
+        edges = JobDependency.objects.all() if alias is None else JobDependency.objects.using(alias)
+        rows = edges.filter(job_id=obj.id).order_by("id")
+        return self._edges([(r.depends_on, r.on_failure, r.reads) for r in rows], alias)
 
     @admin.display(description="runs before")
     def dependents(self, obj: Job | JobHistory) -> SafeString:
         """Show the jobs that wait for this one."""
-        rows = JobDependency.objects.filter(depends_on=obj.id).order_by("id")
-        return self._edges([(r.job_id, r.on_failure, r.reads) for r in rows])
+        alias = _other_alias(obj)
+        edges = JobDependency.objects.all() if alias is None else JobDependency.objects.using(alias)
+        rows = edges.filter(depends_on=obj.id).order_by("id")
+        return self._edges([(r.job_id, r.on_failure, r.reads) for r in rows], alias)
 
     @admin.display(description="errors")
     def errors_pretty(self, obj: Job | JobHistory) -> SafeString:

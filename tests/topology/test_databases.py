@@ -97,6 +97,38 @@ def test_enqueue_many__each_job_lands_on_its_queues_alias_in_input_order(alias: 
         assert [on(alias, h.id) for h in handles] == [True, False, True]
 
 
+@pytest.mark.parametrize("alias", SECOND)
+def test_workflow__is_written_on_the_alias_of_its_queues(alias: str):
+    from django_hopper import Workflow
+
+    with placed(alias):
+        wf = Workflow("placed")
+        fetch = wf.add(jobs.wf_step.using(queue="busy"), "fetch", step="fetch")
+        wf.add(jobs.wf_step.using(queue="busy"), "parse", after=[fetch], step="parse")
+        handle = wf.enqueue()
+
+        assert all(on(alias, h.id) and not on("default", h.id) for h in handle.jobs)
+
+
+@pytest.mark.parametrize("alias", SECOND)
+def test_workflow_and_batch__spanning_two_databases_are_refused_before_any_write(alias: str):
+    from django_hopper import Batch, Workflow
+
+    with placed(alias):
+        wf = Workflow("split")
+        wf.add(jobs.wf_step.using(queue="busy"), "a", step="a")
+        wf.add(jobs.wf_step, "b", step="b")
+        with pytest.raises(InvalidJob, match="must live on one database"):
+            wf.enqueue()
+        batch = Batch()
+        batch.add(jobs.add.using(queue="busy"), 1, 2)
+        batch.on_complete(jobs.add, 0, 0)  # the callback's queue is on DATABASE
+        with pytest.raises(InvalidJob, match="'busy' on"):
+            batch.enqueue()
+
+        assert api.list_jobs() == []
+
+
 def test_hopper_worker__refuses_a_queue_that_lives_on_another_database():
     with placed("second"), pytest.raises(CommandError, match="--database second"):
         call_command("hopper_worker", "--queues", "busy:2", "--burst")
@@ -236,6 +268,24 @@ def test_admin__job_page_and_actions_act_on_the_jobs_alias(alias: str, admin_cli
         act = reverse("admin:django_hopper_job_act", args=[other.id])
         admin_client.post(act, {"verb": "cancel"})
         assert get_engine(alias).job_get(other.id).state == "canceled"
+
+
+@pytest.mark.parametrize("alias", SECOND)
+def test_admin__a_workflow_jobs_page_links_its_steps_on_their_alias(alias: str, admin_client: Any):
+    from django_hopper import Workflow
+
+    with placed(alias):
+        wf = Workflow("linked")
+        fetch = wf.add(jobs.wf_step.using(queue="busy"), "fetch", step="fetch")
+        wf.add(jobs.wf_step.using(queue="busy"), "parse", after=[fetch], step="parse")
+        handle = wf.enqueue()
+        parse_id = handle.jobs[1].id
+
+        url = reverse("admin:django_hopper_job_change", args=[parse_id])
+        body = admin_client.get(url, {"database": alias}).content.decode()
+
+        fetch_url = reverse("admin:django_hopper_job_change", args=[handle.jobs[0].id])
+        assert f'href="{fetch_url}?database={alias}"' in body  # its dependency, on its alias
 
 
 class PlacedProcesses(Processes):
