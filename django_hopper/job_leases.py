@@ -86,9 +86,10 @@ logger = logging.getLogger("django_hopper.leases")
 
 #: The lease a job taken by ID holds when the caller names none.
 DEFAULT_LEASE = dt.timedelta(seconds=30)
-#: The shortest lease accepted: below a second, a lease can lapse between the
-#: claim and the first statement of the work, and no renewal could keep it.
-MIN_LEASE = dt.timedelta(seconds=1)
+#: The shortest lease accepted, the floor a resumable pass's lease has too:
+#: below it a lease can lapse between the claim and the first statement of
+#: the work, and no renewal could keep it.
+MIN_LEASE = validation.PASS_LEASE_MIN
 #: The reason stored on a job whose holder handed it back without an outcome.
 RELEASED_REASON = "released by its lease holder"
 #: How often a claim re-reads a job whose fence moved under it (another claim
