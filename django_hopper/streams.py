@@ -272,9 +272,14 @@ def delete_consumer(name: str, *, cancel_pending: bool = False) -> RouteDeleteRe
 
 
 def consumer_lag(names: list[str] | None = None, limit: int = 1000) -> list[StreamConsumerLag]:
-    """Return how far behind each consumer (default: all) is, by name: its committed,
-    matching events not yet delivered, counted up to ``limit``, and when the oldest
-    was appended."""
+    """Return how far behind each consumer (default: all) is, by name.
+
+    Each reads the consumer's next ``limit`` waiting events (what a pump would
+    read, whatever their topic) and counts those its pattern matches, with when
+    the first of them was appended; ``capped`` says more events wait than were
+    read, so the count is a floor. The cost is bounded by ``limit`` per
+    consumer, never by the log's size.
+    """
     wanted: Any = () if names is None else names if isinstance(names, str) else tuple(names)
     return _engine().stream_consumer_lag(StreamConsumerLagParams(names=wanted, limit=limit))
 

@@ -679,14 +679,14 @@ class StreamConsumerRow:
 
 @dataclass(slots=True)
 class StreamConsumerLag:
-    """How far a consumer is behind: its committed, matching events not yet delivered."""
+    """How far a consumer is behind, read from a window of its next waiting events."""
 
     name: str
-    #: Events waiting, counted up to the lag read's limit.
+    #: Waiting events its pattern matches, among the window read.
     events: int = 0
-    #: True when there are more than ``events`` (the count stopped at the limit).
+    #: More events wait than the window held: ``events`` is a floor.
     capped: bool = False
-    #: When the oldest waiting event was appended (None: nothing waits).
+    #: When the first matching waiting event was appended (None: none in the window).
     oldest_at: dt.datetime | None = None
 
 

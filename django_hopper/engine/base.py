@@ -1196,21 +1196,28 @@ class BaseEngine(ABC):
         return result
 
     def stream_consumer_lag(self, params: StreamConsumerLagParams) -> list[StreamConsumerLag]:
-        """Return how far behind each consumer is, by name: its committed, matching
-        events not yet delivered, counted up to ``limit`` (then ``capped``), and
-        when the oldest was appended. One statement whatever the number of
-        consumers; each count reads at most ``limit`` events."""
+        """Return how far behind each consumer is, by name.
+
+        Each count reads a window of the consumer's first ``limit`` waiting
+        events (what a pump would read next, whatever their topic) and counts
+        those its pattern matches, with when the first of them was appended.
+        When more events wait than the window holds, ``capped`` says the count
+        is a lower bound. One statement whatever the number of consumers, and
+        each reads at most ``limit`` events, so the cost does not grow with
+        the log.
+        """
         checks.consumer_lag(params)
         wanted = set(params.names)
         consumers = [c for c in self._stream_consumer_list() if not wanted or c.name in wanted]
         if not consumers:
             return []
+        # One event past the limit tells a full window from an exact count.
         counted = self._stream_consumer_lag(consumers, params.limit + 1)
         return [
             StreamConsumerLag(
                 name=c.name,
                 events=min(c.events, params.limit),
-                capped=c.events > params.limit,
+                capped=c.capped,
                 oldest_at=c.oldest_at,
             )
             for c in counted
@@ -1595,6 +1602,7 @@ class BaseEngine(ABC):
 
     @abstractmethod
     def _stream_consumer_lag(
-        self, consumers: Sequence[StreamConsumerRow], cap: int
+        self, consumers: Sequence[StreamConsumerRow], window: int
     ) -> list[StreamConsumerLag]:
-        """Count each consumer's undelivered events up to ``cap``, by name."""
+        """Read each consumer's first ``window`` waiting events; count those that match
+        (``capped``: the window was full), by name."""

@@ -885,7 +885,7 @@ class StreamConsumerDeleteParams:
 class StreamConsumerLagParams:
     #: The consumers to measure; empty: every consumer.
     names: tuple[str, ...] = ()
-    #: Count at most this many waiting events per consumer (the count is capped).
+    #: Read at most this many waiting events per consumer (beyond: ``capped``).
     limit: int = 1000
 
 

@@ -322,6 +322,21 @@ def test_stream_consumer_delete__keeps_its_deliveries_or_cancels_the_waiting_one
     assert tx_engine.stream_pump("keep", 100).delivered == 2
 
 
+def test_stream_consumer_lag__reads_a_window_of_limit_events_whatever_their_topic(
+    tx_engine: BaseEngine,
+) -> None:
+    consumer(tx_engine, name="narrow", pattern="rare.*")
+    for _ in range(4):
+        append(tx_engine, "common.event")
+    append(tx_engine, "rare.event")
+
+    (window,) = tx_engine.stream_consumer_lag(StreamConsumerLagParams(limit=3))
+    (whole,) = tx_engine.stream_consumer_lag(StreamConsumerLagParams(limit=5))
+
+    assert (window.events, window.capped, window.oldest_at) == (0, True, None)  # a floor
+    assert (whole.events, whole.capped) == (1, False) and whole.oldest_at is not None
+
+
 def test_stream_consumer_lag__counts_waiting_matching_events_up_to_the_limit(
     tx_engine: BaseEngine,
 ) -> None:

@@ -341,18 +341,21 @@ class StreamsMixin(PostgresSupport):
         return [r[0] for r in self._fetchall("stream_consumer_delete.waiting", {"name": name})]
 
     def _stream_consumer_lag(
-        self, consumers: Sequence[StreamConsumerRow], cap: int
+        self, consumers: Sequence[StreamConsumerRow], window: int
     ) -> list[StreamConsumerLag]:
-        """Count each consumer's delta up to ``cap`` in one statement (patterns as regexes)."""
+        """Count matches in each consumer's window of waiting events, in one statement
+        (patterns as regexes)."""
         rows = self._fetchall(
             "stream_consumer_lag",
             {
                 "names": [c.name for c in consumers],
                 "regexes": [topics.pattern_regex(c.pattern) for c in consumers],
-                "cap": cap,
+                "window": window,
             },
         )
         return [
-            StreamConsumerLag(name=name, events=int(waiting), oldest_at=oldest)
-            for name, waiting, oldest in rows
+            StreamConsumerLag(
+                name=name, events=int(matched), capped=int(waiting) >= window, oldest_at=oldest
+            )
+            for name, waiting, matched, oldest in rows
         ]

@@ -256,15 +256,22 @@ class StreamsMixin(SQLiteSupport):
 
     @translate_errors
     def _stream_consumer_lag(
-        self, consumers: Sequence[StreamConsumerRow], cap: int
+        self, consumers: Sequence[StreamConsumerRow], window: int
     ) -> list[StreamConsumerLag]:
-        """Count each consumer's events after its seq up to ``cap``, in one statement."""
+        """Count matches in each consumer's window of events after its seq, in one
+        statement."""
         with self._cursor() as c:
             c.execute(
                 Q["stream_consumer_lag"],
-                {"names": json.dumps([r.name for r in consumers]), "cap": cap},
+                {"names": json.dumps([r.name for r in consumers]), "window": window},
             )
-            return [
-                StreamConsumerLag(name=name, events=int(n), oldest_at=from_db_time(oldest))
-                for name, n, oldest in c.fetchall()
-            ]
+            rows = [(name, json.loads(counts)) for name, counts in c.fetchall()]
+        return [
+            StreamConsumerLag(
+                name=name,
+                events=int(matched),
+                capped=int(waiting) >= window,
+                oldest_at=from_db_time(oldest),
+            )
+            for name, (waiting, matched, oldest) in rows
+        ]

@@ -185,11 +185,14 @@ WHERE state <> 'running'
 ORDER BY id
 
 -- name: stream_consumer_lag
--- Per consumer, the events a pump would deliver now (its delta, as stream_pump.events
--- reads it: committed in the statement's snapshot, not in the stored one, less the
--- part of the position's transaction already delivered), counted up to %(cap)s, and
--- when the first of them was appended. The consumers arrive as (name, regex) arrays.
-SELECT c.name, n.waiting, o.oldest
+-- Per consumer, a window of what a pump would read now: its first %(window)s
+-- waiting events (committed in the statement's snapshot, not in the stored one,
+-- less the part of the position's transaction already delivered), in (xid, seq)
+-- order from the stored xmin (index hopper_stream_position, so the scan stops at
+-- the window whatever the log's size); how many of them match its pattern, and
+-- when the first matching one was appended. The consumers arrive as (name, regex)
+-- arrays.
+SELECT c.name, w.waiting, w.matched, w.oldest
 FROM (SELECT pg_current_snapshot() AS snap) AS s,
      unnest(%(names)s::text[], %(regexes)s::text[]) AS r(name, regex)
 JOIN hopper_stream_consumer AS c ON c.name = r.name
@@ -197,30 +200,19 @@ CROSS JOIN LATERAL (
     SELECT coalesce(c.snapshot, '1:1:')::pg_snapshot AS stored
 ) AS k
 CROSS JOIN LATERAL (
-    SELECT count(*) AS waiting FROM (
-        SELECT 1
+    SELECT count(*) AS waiting,
+           count(*) FILTER (WHERE e.topic ~ r.regex) AS matched,
+           min(e.created_at) FILTER (WHERE e.topic ~ r.regex) AS oldest
+    FROM (
+        SELECT ev.topic, ev.created_at
         FROM hopper_stream_event AS ev
-        WHERE ((ev.xid = c.position_xid AND ev.seq > c.position_seq)
-               OR (ev.xid >= pg_snapshot_xmin(k.stored)::text::bigint
-                   AND ev.xid <> c.position_xid
+        WHERE ev.xid >= pg_snapshot_xmin(k.stored)::text::bigint
+          AND ((ev.xid = c.position_xid AND ev.seq > c.position_seq)
+               OR (ev.xid <> c.position_xid
                    AND NOT pg_visible_in_snapshot(ev.xid::text::xid8, k.stored)))
           AND pg_visible_in_snapshot(ev.xid::text::xid8, s.snap)
-          AND ev.topic ~ r.regex
-        LIMIT %(cap)s
-    ) AS w
-) AS n
-CROSS JOIN LATERAL (
-    SELECT min(ev.created_at) AS oldest FROM (
-        SELECT ev2.created_at
-        FROM hopper_stream_event AS ev2
-        WHERE ((ev2.xid = c.position_xid AND ev2.seq > c.position_seq)
-               OR (ev2.xid >= pg_snapshot_xmin(k.stored)::text::bigint
-                   AND ev2.xid <> c.position_xid
-                   AND NOT pg_visible_in_snapshot(ev2.xid::text::xid8, k.stored)))
-          AND pg_visible_in_snapshot(ev2.xid::text::xid8, s.snap)
-          AND ev2.topic ~ r.regex
-        ORDER BY ev2.xid, ev2.seq
-        LIMIT 1
-    ) AS ev
-) AS o
+        ORDER BY ev.xid, ev.seq
+        LIMIT %(window)s
+    ) AS e
+) AS w
 ORDER BY c.name

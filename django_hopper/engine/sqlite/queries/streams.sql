@@ -130,17 +130,16 @@ WHERE state <> 'running'
 ORDER BY id;
 
 -- name: stream_consumer_lag
--- Per consumer (names as a JSON array), the matching events after its seq,
--- counted up to %(cap)s, and when the first of them was appended.
+-- Per consumer (names as a JSON array), a window of its first %(window)s events
+-- after its seq (by the primary key: the scan stops at the window whatever the
+-- log's size), as [waiting, matching its pattern, first matching one's time].
 SELECT c.name,
-       (SELECT count(*) FROM (
-            SELECT 1 FROM hopper_stream_event AS e
-            WHERE e.seq > c.position_seq AND hopper_topic_matches(c.pattern, e.topic)
-            LIMIT %(cap)s)),
-       (SELECT e.created_at FROM hopper_stream_event AS e
-        WHERE e.seq > c.position_seq AND hopper_topic_matches(c.pattern, e.topic)
-        ORDER BY e.seq
-        LIMIT 1)
+       (SELECT json_array(count(*), coalesce(sum(w.m), 0), min(CASE WHEN w.m THEN w.created_at END))
+        FROM (SELECT e.created_at, hopper_topic_matches(c.pattern, e.topic) AS m
+              FROM hopper_stream_event AS e
+              WHERE e.seq > c.position_seq
+              ORDER BY e.seq
+              LIMIT %(window)s) AS w)
 FROM hopper_stream_consumer AS c
 WHERE c.name IN (SELECT value FROM json_each(%(names)s))
 ORDER BY c.name;
