@@ -48,6 +48,7 @@ _LAZY = {
     "get_workflow": "django_hopper.workflows",
     # resumable long jobs (run / pass / step)
     "resumable": "django_hopper.runs",
+    "list_runs": "django_hopper.runs",
     "Pass": "django_hopper.runs",
     "Run": "django_hopper.runs",
     # pub/sub and streams
@@ -97,6 +98,7 @@ __all__ = [
     "lease_job",
     "list_jobs",
     "list_queues",
+    "list_runs",
     "pause_queue",
     "publish",
     "read",
@@ -144,7 +146,7 @@ if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
         stats,
     )
     from django_hopper.registry import resolve
-    from django_hopper.runs import Pass, Run, resumable
+    from django_hopper.runs import Pass, Run, list_runs, resumable
     from django_hopper.streams import append, consume, read, seek
     from django_hopper.types import AttemptError, AttemptLog, JobRow, JobState, Progress
     from django_hopper.workflows import Workflow, get_workflow

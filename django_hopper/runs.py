@@ -46,14 +46,14 @@ import functools
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from django.db import transaction
 
 from django_hopper import jobs, validation
 from django_hopper import registry as jobs_registry
-from django_hopper.api import parse_job_id
+from django_hopper.api import list_jobs, parse_job_id
 from django_hopper.conf import hopper_settings
 from django_hopper.context import AttemptSettled, JobContext, JobDiscard, JobSnooze
 from django_hopper.engine import get_engine
@@ -80,13 +80,14 @@ from django_hopper.exceptions import (
     NotFound,
 )
 from django_hopper.jobs import EnqueueOptions, JobFunction, JobHandle
+from django_hopper.registry import registry
 from django_hopper.types import JobState
 from django_hopper.worker.completer import settle_finished
 from django_hopper.worker.execution import _call_args, completed, discarded, failed, snoozed
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
-    from django_hopper.types import JSON, JobID, Progress
+    from django_hopper.types import JSON, JobID, JobRow, Progress
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -832,3 +833,91 @@ def resumable(
     if func is not None:
         return decorate(func)
     return decorate
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunRow:
+    """A resumable run as an operator reads it: where its walk stands, or why that
+    cannot be read.
+
+    ``decode_error`` names what does not decode, or None (the ordinary case):
+    a stored value of the job (``JobRow.decode_error``), or progress that is not
+    a committed pass's (``ProgressNotResumable``'s words). The fields it names
+    read as empty, and the run is listed all the same.
+    """
+
+    id: JobID
+    kind: str
+    #: What the run walks: its unique key without the ``"<kind>:"`` prefix.
+    instance: str | None
+    state: str
+    #: Consecutive failed passes (a commit sets the attempt back).
+    attempt: int
+    passes: int
+    cursor: JSON
+    counters: dict[str, int]
+    #: The finishing pass committed.
+    done: bool
+    subject: str | None
+    erased_at: dt.datetime | None
+    created_at: dt.datetime
+    finalized_at: dt.datetime | None
+    decode_error: str | None
+    #: The run's job row, as the engine decoded it.
+    job: JobRow
+
+
+def run_row(job: JobRow) -> RunRow:
+    """Return the run a job row holds; never raise for what is stored."""
+    problems = [job.decode_error] if job.decode_error else []
+    cursor: JSON = None
+    counters: dict[str, int] = {}
+    passes, done = 0, False
+    try:
+        cursor, counters, passes, done = read_progress(job.progress)
+    except ProgressNotResumable as exc:
+        problems.append(f"progress: {exc}")
+    prefix = f"{job.kind}:"
+    key = job.unique_key
+    return RunRow(
+        id=job.id,
+        kind=job.kind,
+        instance=key[len(prefix) :] if key and key.startswith(prefix) else None,
+        state=job.state,
+        attempt=job.attempt,
+        passes=passes,
+        cursor=cursor,
+        counters=counters,
+        done=done,
+        subject=job.subject,
+        erased_at=job.erased_at,
+        created_at=job.created_at,
+        finalized_at=job.finalized_at,
+        decode_error="; ".join(problems) or None,
+        job=job,
+    )
+
+
+def list_runs(
+    *,
+    kinds: str | Iterable[str] | None = None,
+    states: str | Iterable[str] | None = None,
+    newest_first: bool = False,
+    after: JobID | str | None = None,
+    limit: int = 100,
+) -> list[RunRow]:
+    """Return resumable runs, live and finished, in ID (start) order: the operator's read.
+
+    ``kinds`` defaults to every ``@resumable`` kind registered in this process.
+    ``after`` is the cursor of the next page (the last ID of a page). A run whose
+    stored values or progress do not decode is listed with ``decode_error``
+    naming them, never failing the page.
+    """
+    if kinds is None:
+        kinds = sorted(k for k, fn in registry.items() if isinstance(fn, ResumableJob))
+        if not kinds:
+            return []
+    jobs_ = list_jobs(
+        kinds=kinds, states=states, newest_first=newest_first, after=after, limit=limit
+    )
+    return [run_row(job) for job in jobs_]

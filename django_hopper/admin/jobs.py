@@ -37,6 +37,7 @@ from django_hopper.admin.common import (
     time_column,
     time_text,
 )
+from django_hopper.admin.decoded import DecodedChangeList, decoded_row
 from django_hopper.admin.filters import DatabaseFilter, KindFilter, QueueFilter, StateFilter
 from django_hopper.exceptions import HopperError
 from django_hopper.jobs import registry
@@ -118,6 +119,11 @@ class JobAdminBase(FieldsetsViewAdmin):
     cancel_requested = time_column("cancel_requested_at", "cancel requested at")
 
     # -- a page costs the same whatever the table's size -------------------------
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[DecodedChangeList]:
+        """List through the engine's tolerant read: a row that does not decode is shown
+        with its error, never a failed page."""
+        return DecodedChangeList
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         """Read the alias the request names (``?database=``), else as the router says."""
@@ -216,14 +222,17 @@ class JobAdminBase(FieldsetsViewAdmin):
     def annotate_rows(self, request: HttpRequest, rows: list[Any]) -> None:
         """Attach each row's decode error, from one engine read of the page's jobs.
 
-        The list reads rows through the ORM, which shows a value that does not
-        decode as whatever it holds; the engine's tolerant read names what is
-        wrong (``JobRow.decode_error``), so the operator sees why a job failed
-        with ``rescue="undecodable"`` or cannot run.
+        The list's rows were read by the engine (``DecodedChangeList``), whose
+        tolerant read names what is wrong (``JobRow.decode_error``), so the
+        operator sees why a job failed with ``rescue="undecodable"`` or cannot
+        run; a row without that read is read once more here.
         """
-        errors = self._decode_errors([row.id for row in rows], _alias_of(rows[0]))
+        decoded = {row.id: decoded_row(row) for row in rows}
+        unread = [job_id for job_id, job in decoded.items() if job is None]
+        errors = self._decode_errors(unread, _alias_of(rows[0])) if unread else {}
         for row in rows:
-            setattr(row, ROW_EXTRA, errors.get(row.id, ""))
+            job = decoded[row.id]
+            setattr(row, ROW_EXTRA, (job.decode_error or "") if job else errors.get(row.id, ""))
 
     def _decode_error(self, obj: Job | JobHistory) -> str:
         """Return the job's decode error ("" if none): attached by the list, or read once."""

@@ -111,10 +111,38 @@ _COLUMN_LISTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _columns(names: tuple[str, ...], alias: str | None) -> str:
-    """Write a column list, each name qualified by ``alias`` when given."""
+#: The job columns that hold times. An engine whose driver converts a column by
+#: its declared type (SQLite under Django parses ``datetime`` columns, and raises
+#: for a stored text that looks like a time but is not one) defines the fragment
+#: ``read_time``: an operator written before each time column of a select list
+#: (``+``, SQLite's no-op), so the value reaches the decoder as stored and a bad
+#: one is that row's ``decode_error`` rather than a failed read.
+TIME_COLUMNS = frozenset(
+    {
+        "scheduled_at", "attempted_at", "expires_at", "cancel_requested_at", "created_at",
+        "lease_expires_at", "lease_renewed_at", "erased_at", "finalized_at",
+    }
+)  # fmt: skip
+
+
+def _columns(names: tuple[str, ...], alias: str | None, read_time: str | None = None) -> str:
+    """Write a column list, each name qualified by ``alias`` when given; with
+    ``read_time``, a select list whose time columns are read through it."""
     prefix = f"{alias}." if alias else ""
-    return ", ".join(prefix + name for name in names)
+    if read_time is None:
+        return ", ".join(prefix + name for name in names)
+    return ", ".join(
+        f"{read_time}{prefix}{name} AS {name}" if name in TIME_COLUMNS else prefix + name
+        for name in names
+    )
+
+
+def _read_time(m: re.Match[str], fragments: dict[str, str]) -> str | None:
+    """Return the engine's ``read_time`` operator for a column list that is read (a
+    select or returning list), None for a target list (``INSERT INTO t (...)``)."""
+    if "read_time" not in fragments or m.string[: m.start()].rstrip().endswith("("):
+        return None
+    return fragments["read_time"]
 
 
 def _expand(text: str, fragments: dict[str, str]) -> str:
@@ -123,11 +151,12 @@ def _expand(text: str, fragments: dict[str, str]) -> str:
     def one(m: re.Match[str]) -> str:
         name, alias = m.group(1), m.group(2)
         if name in _COLUMN_LISTS:
-            return _columns(_COLUMN_LISTS[name], alias)
+            return _columns(_COLUMN_LISTS[name], alias, _read_time(m, fragments))
         if name == "job_columns":
             if "no_history" not in fragments:
                 raise ValueError("{job_columns} needs the engine's fragment no_history")
-            return f"{_columns(JOB_COLUMNS_LIVE, alias)}, {fragments['no_history']}"
+            read_time = _read_time(m, fragments)
+            return f"{_columns(JOB_COLUMNS_LIVE, alias, read_time)}, {fragments['no_history']}"
         if name in fragments:
             if alias:
                 raise ValueError(f"fragment {name!r} takes no alias")

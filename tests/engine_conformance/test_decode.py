@@ -105,6 +105,8 @@ def test_decode__every_bad_field_of_a_row_is_named(engine: BaseEngine, db_now: d
     [
         ("scheduled_at", "not a time", EPOCH),
         ("created_at", "", EPOCH),
+        ("created_at", "2026-13-45 99:99:99", EPOCH),
+        ("attempted_at", "2026-02-30 10:00:00", None),
         ("batch_id", "not-a-uuid", None),
     ],
 )

@@ -16,6 +16,13 @@
 -- finalized_at and output of a live row.
 NULL AS finalized_at, NULL AS output
 
+-- fragment: read_time
+-- Written before each time column of a job select list (engine/queries.py):
+-- SQLite's no-op operator, which drops the column's declared type, so Django's
+-- driver-level datetime converter leaves the stored text to the decoder and a
+-- text that is no time fails only its own row (JobRow.decode_error).
++
+
 -- fragment: wake_marked
 -- Whether a job's metadata holds the ordering-key wake marker; metadata that is
 -- not valid JSON reads as unmarked instead of failing the statement.
