@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.db import DatabaseError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
@@ -147,9 +148,12 @@ class SubscriptionAdmin(RouteAdmin):
         """Count the deliveries a pause holds (detail page only: it reads the live table)."""
         if obj.paused_at is None:
             return EMPTY
-        held = Job.objects.filter(
-            state="scheduled", scheduled_at__gte=HELD_AT, metadata__subscription=obj.name
-        ).count()
+        try:
+            held = Job.objects.filter(
+                state="scheduled", scheduled_at__gte=HELD_AT, metadata__subscription=obj.name
+            ).count()
+        except DatabaseError:  # SQLite: a job whose metadata is not JSON at all
+            return "unknown (a held job's metadata does not decode)"
         return f"{held} (released on resume)"
 
     @admin.action(

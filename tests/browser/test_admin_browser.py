@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from django_hopper import api, queues
+from django_hopper import api, append, consume, queues
 from django_hopper.engine import get_engine
 from django_hopper.models import Job, JobHistory
 from tests.browser.conftest import login, shot
@@ -164,3 +164,21 @@ def test_view_only_user__sees_the_pages_and_is_refused_every_action(page: Any, v
     page.goto("/admin/django_hopper/queue/overview/")
     assert page.locator('tr[data-queue="default"]').count() == 1
     assert Job.objects.get(id=job_id).state == "available"
+
+
+def test_stream_consumers__lag_then_pause_and_resume(page: Any, superuser: Any) -> None:
+    consume("orders-projection", "orders.#", testjobs.on_message, start="earliest", save=True)
+    for i in range(3):
+        append("orders.created", {"id": i})
+    login(page, "boss")
+    page.goto("/admin/django_hopper/streamconsumer/")
+    assert page.locator("td.field-lag").inner_text() == "3"
+    page.check("input[name=_selected_action][value=orders-projection]")
+    page.select_option("select[name=action]", "pause_consumers")
+    page.click("button[name=index]")
+    assert "Pause 1 consumer: 1 paused." in page.locator("ul.messagelist").inner_text()
+    assert "paused" in page.locator("td.field-state").inner_text()
+    page.check("input[name=_selected_action][value=orders-projection]")
+    page.select_option("select[name=action]", "resume_consumers")
+    page.click("button[name=index]")
+    assert page.locator("td.field-state").inner_text() == "delivering"
