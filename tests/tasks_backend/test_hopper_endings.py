@@ -140,6 +140,7 @@ def test_hopper_worker_runs_the_jobs_of_the_database_it_is_given(
 
     monkeypatch.setattr(hopper_worker, "get_engine", fake_engine)
     monkeypatch.setattr(hopper_worker, "Worker", FakeWorker)
+    monkeypatch.setattr(hopper_worker.schema, "check", lambda alias: None)
     call_command("hopper_worker", "--database", "default", "--queues", "default:1")
     assert seen["engine"].alias == "default"
 

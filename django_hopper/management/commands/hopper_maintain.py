@@ -17,7 +17,7 @@ from django_hopper import schema
 from django_hopper.conf import hopper_settings
 from django_hopper.engine import get_engine
 from django_hopper.engine.params import ClientRegisterParams, ClientRenewParams
-from django_hopper.exceptions import SchemaMismatch
+from django_hopper.exceptions import DatabaseUnavailable, SchemaMismatch
 from django_hopper.maintenance import default_services
 from django_hopper.maintenance.leader import Elector
 from django_hopper.runs import drive_due
@@ -93,6 +93,8 @@ class Command(BaseCommand):
             schema.check(alias)
         except SchemaMismatch as exc:
             raise CommandError(str(exc)) from exc
+        except DatabaseUnavailable:
+            pass  # a worker waits for its database, and checks once it is back
         engine = get_engine(alias)
         drive = int(options.get("drive_runs") or 0)
         if drive and not options["once"]:

@@ -16,7 +16,7 @@ from django.db import connections
 from django_hopper import schema
 from django_hopper.conf import hopper_settings
 from django_hopper.engine import get_engine
-from django_hopper.exceptions import SchemaMismatch
+from django_hopper.exceptions import DatabaseUnavailable, SchemaMismatch
 from django_hopper.observability import console, metrics
 from django_hopper.topology import queue_alias, queues_of
 from django_hopper.validation import QUEUE_RE
@@ -160,6 +160,8 @@ class Command(BaseCommand):
             schema.check(alias)
         except SchemaMismatch as exc:
             raise CommandError(str(exc)) from exc
+        except DatabaseUnavailable:
+            pass  # a worker waits for its database, and checks once it is back
         metrics_port = options.get("metrics_port")
         if metrics_port is not None and not 0 < metrics_port < 65536:
             raise CommandError("--metrics-port must be a port number (1-65535)")
