@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from typing import Any
 
+from django.utils import timezone
+
+from django_hopper.conf import hopper_settings
 from django_hopper.engine.params import JobRetryParams
 from django_hopper.models import Job
 from django_hopper.tasks_compat import NAMESPACE, TaskResultStatus
@@ -67,8 +71,16 @@ def test_a_task_whose_import_path_went_stale_fails_with_the_import_error(
 ) -> None:
     result = tasks.add.enqueue(1, 2)
     stale = "tests.tasks_backend.renamed_module.add"
-    # The task's module was renamed after the enqueue.
-    assert Job.objects.filter(id=uuid.UUID(result.id)).update(kind=stale) == 1
+    # The task's module was renamed after the enqueue, longer ago than the
+    # grace a worker gives an unknown kind to be served by a newer release.
+    grace = dt.timedelta(seconds=hopper_settings.UNKNOWN_KIND_GRACE + 60)
+    enqueued = timezone.now() - grace
+    assert (
+        Job.objects.filter(id=uuid.UUID(result.id)).update(
+            kind=stale, created_at=enqueued, scheduled_at=enqueued
+        )
+        == 1
+    )
     output = worker_process()
     got = tasks.add.get_backend().get_result(result.id)
     assert got.status == TaskResultStatus.FAILED
