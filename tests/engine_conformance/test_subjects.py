@@ -15,17 +15,21 @@ from django_hopper.engine.params import (
     BatchInsertParams,
     HistoryMaintainParams,
     JobClaimByIDParams,
+    JobDependency,
+    JobInsertParams,
     JobRecordProgressParams,
     JobRetryManyParams,
     JobRetryParams,
     JobStepRecordParams,
     SubjectEraseParams,
+    WorkflowInsertParams,
 )
 from django_hopper.exceptions import InvalidJob, JobErased, JobFenced
-from django_hopper.models import Erasure, JobLog, JobStep
+from django_hopper.models import DependencyResult, Erasure, JobLog, JobStep
 from django_hopper.types import AttemptError, JobOutcome, JobRow, JobState
 from tests.engine_conformance.support import (
     MINUTE,
+    claim,
     finalize,
     get,
     insert,
@@ -276,3 +280,29 @@ def test_subject_erase__reaches_history_in_every_partition(
                 [[j.id for j in jobs]],
             )
             assert c.fetchone()[0] == 3
+
+
+def test_subject_erase__empties_the_output_a_workflow_keeps_for_dependents(
+    engine: BaseEngine, client_id: int, db_now: dt.datetime
+) -> None:
+    flow = engine.workflow_insert(
+        WorkflowInsertParams(
+            name="welcome",
+            jobs=[
+                JobInsertParams(kind="tests.fetch", queue="wf", subject=SUBJECT),
+                JobInsertParams(kind="tests.mail", queue="wf"),
+            ],
+            steps=["fetch", "mail"],
+            deps=[JobDependency(job=1, depends_on=0, reads=True)],
+            now=db_now,
+        )
+    )
+    (fetch,) = claim(engine, client_id, db_now, queue="wf")
+    finalize(engine, db_now, result(fetch, "completed", output={"email": "ada@example.com"}))
+    assert DependencyResult.objects.get(job_id=fetch.id).output == {"email": "ada@example.com"}
+
+    erasure = erase(engine, db_now)
+
+    kept = DependencyResult.objects.get(job_id=fetch.id)
+    assert (kept.output, kept.state, erasure.results) == (None, "completed", 1)
+    assert flow.jobs[1].job.subject is None
