@@ -170,6 +170,53 @@ def test_migrate__two_concurrent_runs_wait_for_the_lock_and_apply_each_migration
     assert [row[0] for row in hopper] == HOPPER_MIGRATIONS
 
 
+#: A process that takes the migration lock through hopper and keeps it until killed.
+HOLD_LOCK = """
+import sys, time
+import django
+django.setup()
+from django_hopper.schema import migration_lock
+with migration_lock("default"):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_migrate__takes_over_the_lock_of_a_holder_killed_with_sigkill(fresh_db: str) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK],
+        cwd=ROOT,
+        env=env(fresh_db),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    migrate = None
+    try:
+        assert holder.stdout is not None
+        assert "held" in read_until(holder.stdout, "held")
+        migrate = manage(fresh_db, "migrate", "--no-input")
+        assert migrate.stdout is not None
+        assert "Waiting for the migration lock" in read_until(
+            migrate.stdout, "Waiting for the migration lock"
+        )
+
+        holder.kill()  # SIGKILL: no unlock, no clean close
+        holder.wait(timeout=30)
+        out = migrate.communicate(timeout=240)[0]
+    finally:
+        for proc in (holder, migrate):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+
+    assert migrate.returncode == 0, out
+    with database(fresh_db) as conn:
+        hopper = conn.execute(
+            "SELECT name FROM django_migrations WHERE app = 'django_hopper' ORDER BY name"
+        ).fetchall()
+    assert [row[0] for row in hopper] == HOPPER_MIGRATIONS
+
+
 def test_worker__refuses_to_start_on_an_older_schema_naming_both_versions(
     fresh_db: str,
 ) -> None:
