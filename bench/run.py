@@ -795,8 +795,39 @@ class Suite:
 
     # -- one run -------------------------------------------------------------------------
 
+    def run_growth(self) -> dict[str, Any]:
+        """Run only the growth cases and the memory run (``--growth-only``), e.g. with ``--full``.
+
+        The flatness figures compare each case to the empty case of the same
+        run, so they need no raw bound.
+        """
+        self.measure_startup()
+        cases: dict[str, Any] = {"empty": self.growth_case("empty", 0, 0)}
+        large = size("waiting_large", self.scale, self.args.full)
+        cases["waiting_large"] = self.growth_case(f"{large:,} waiting", large, 0)
+        hist = size("history", self.scale, self.args.full)
+        cases["history_large"] = self.growth_case(f"{hist:,} in history", 0, hist)
+        m = size("memory", self.scale, self.args.full)
+        self.reset()
+        self.seed(queue="bench", n=m)
+        self.settle()
+        result: dict[str, Any] = {"growth": cases, "memory": self.process(m, 1, memory=True)}
+        self.reset()
+        base = cases["empty"]
+        ratios: dict[str, Any] = {}
+        for key in ("waiting_large", "history_large"):
+            c = cases[key]
+            tp, btp = c["processing"]["jobs_per_s"], base["processing"]["jobs_per_s"]
+            med, bmed = c["latency"].get("median_ms"), base["latency"].get("median_ms")
+            ratios[f"{key}_throughput"] = round(tp / btp, 3) if tp and btp else None
+            ratios[f"{key}_latency"] = round(med / bmed, 3) if med and bmed else None
+        result["ratios"] = ratios
+        return result
+
     def run_once(self) -> dict[str, Any]:
         """Run every section once; return the results."""
+        if self.args.growth_only:
+            return self.run_growth()
         result: dict[str, Any] = {}
         if self.args.cold:
             # First, on a database created for it: nothing has run on it yet.
@@ -1320,6 +1351,31 @@ def render(engine: str, title: str, r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render_growth(engine: str, title: str, r: dict[str, Any]) -> str:
+    """Return the table of a ``--growth-only`` run: each case against the empty one, memory."""
+    lines = [f"== {engine}: {title} (growth and memory only) ==", ""]
+    base = r["growth"]["empty"]
+    for c in r["growth"].values():
+        what = (
+            f"{num(c['history'])} rows in history"
+            if c["history"]
+            else f"{num(c['waiting'])} jobs waiting"
+        )
+        tp, btp = c["processing"]["jobs_per_s"], base["processing"]["jobs_per_s"]
+        med, bmed = c["latency"].get("median_ms"), base["latency"].get("median_ms")
+        p95 = c["latency"].get("p95_ms", 0)
+        lines.append(
+            f"  {what:<28} {num(tp):>7} jobs/s = {ratio(tp, btp)} empty; latency median "
+            f"{med or 0:.1f} ms = {ratio(med, bmed)} empty (p95 {p95:.1f})"
+        )
+    mem = r["memory"]
+    rss = mem.get("rss_kb") or {}
+    marks = " / ".join(f"{k} {v / 1024:.1f} MB" for k, v in rss.items() if v)
+    lines.append(f"Memory (1 worker, {num(mem['jobs'])} jobs): RSS at {marks or 'n/a'}")
+    lines.extend(render_targets(engine, r))
+    return "\n".join(lines)
+
+
 def find_warnings(r: Any, path: str = "") -> Any:
     """Yield every ``warning`` in a result tree, with where it was found."""
     if isinstance(r, dict):
@@ -1399,12 +1455,14 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
         suite.progress(f"run {i + 1} of {args.runs} (scale {args.scale})")
         result = suite.run_once()
         runs.append(result)
-        print(render(suite.engine_name, f"run {i + 1} of {args.runs}", result), flush=True)
+        show = render_growth if args.growth_only else render
+        print(show(suite.engine_name, f"run {i + 1} of {args.runs}", result), flush=True)
         print(flush=True)
     out: dict[str, Any] = {"runs": runs}
     if len(runs) > 1:
         out["median"] = median_tree(runs)
-        print(render(suite.engine_name, f"median of {len(runs)} runs", out["median"]), flush=True)
+        show = render_growth if args.growth_only else render
+        print(show(suite.engine_name, f"median of {len(runs)} runs", out["median"]), flush=True)
         print(flush=True)
     if args.profile or args.profile_only:
         out["profile"] = suite.profile(RESULTS_DIR / f"profile-{suite.engine_name}.txt")
@@ -1491,6 +1549,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "long-running workers, no warm-up).",
     )
     parser.add_argument(
+        "--growth-only",
+        action="store_true",
+        help="Only the growth cases (empty, many waiting, large history) and the memory run; "
+        "with --full at 10^6 / 10^6 / 10^5.",
+    )
+    parser.add_argument(
         "--cold-jobs",
         type=int,
         default=None,
@@ -1553,6 +1617,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd += ["--quiet"] * args.quiet
             cmd += ["--no-cold"] * (not args.cold) + ["--full"] * args.full
             cmd += ["--cold-jobs", str(args.cold_jobs)] if args.cold_jobs else []
+            cmd += ["--growth-only"] * args.growth_only
             code = subprocess.call(cmd, cwd=BASE_DIR, env=worker_env())
             if code:
                 print(f"bench: the {engine} run failed (exit {code})", file=sys.stderr)
