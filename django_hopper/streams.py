@@ -29,6 +29,8 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from django.db import transaction
+
 from django_hopper.engine import get_engine, topics
 from django_hopper.engine.params import (
     RouteDeleteResult,
@@ -53,6 +55,7 @@ from django_hopper.types import (
     StreamPosition,
     StreamStart,
 )
+from django_hopper.worker import wakeups
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -124,10 +127,13 @@ def append(
     """Append an event in the caller's transaction; the leader is signalled at commit.
 
     ``key`` orders the event's deliveries: those of one key run one at a time,
-    in position order, per consumer queue.
+    in position order, per consumer queue. On PostgreSQL the signal is a
+    notification every worker hears; without notifications (SQLite) only a
+    leader in this process is woken, and the others' round pumps it.
     """
 
-    return _engine().stream_append(
+    engine = _engine()
+    event = engine.stream_append(
         StreamAppendParams(
             topic=topic,
             payload=payload,
@@ -136,6 +142,9 @@ def append(
             notify=True,
         )
     )
+    if not engine.features.supports_listen:
+        transaction.on_commit(lambda: wakeups.stream_appended(event.topic), using=engine.alias)
+    return event
 
 
 def read(

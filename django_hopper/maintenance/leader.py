@@ -13,6 +13,7 @@ from django_hopper.engine.params import LeaderParams
 from django_hopper.maintenance.base import Service
 from django_hopper.maintenance.periodic import PeriodicEnqueuer
 from django_hopper.maintenance.services import StreamPumper, default_services
+from django_hopper.worker import wakeups
 from django_hopper.worker.db import Backoff, close_thread_connections, reset_connection
 
 if TYPE_CHECKING:
@@ -211,6 +212,7 @@ class Maintainer:
         period = min(self.interval, self.elector.ttl / 3)
         delay = Backoff(0.1, max(period, 1.0))
         tick = time.monotonic()
+        wakeups.listen(self.wake_streams)  # appends committed in this process (SQLite)
         try:
             while not stop.is_set():
                 try:
@@ -224,6 +226,7 @@ class Maintainer:
                     tick = time.monotonic() + wait
                 tick = self._wait(tick, stop)
         finally:
+            wakeups.unlisten(self.wake_streams)
             for service in self.services:
                 service.close()
             close_thread_connections()

@@ -213,3 +213,38 @@ def test_notifier__hands_stream_appends_to_the_leader_only_where_maintenance_run
     assert notifier.channels() == [CHANNEL_INSERT, *notifier.channels()[1:3], CHANNEL_STREAM]
     notifier.dispatch(Notification(CHANNEL_STREAM, "orders.created"))
     assert woken == ["orders.created"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_maintainer__an_append_committed_in_its_process_wakes_it_without_notifications(
+    tx_engine: BaseEngine,
+) -> None:
+    """SQLite has no notifications: an append made where the leader runs wakes it directly."""
+    if tx_engine.features.supports_listen:
+        pytest.skip("PostgreSQL wakes every leader through CHANNEL_STREAM (test_notifications)")
+    consumers(tx_engine, ("orders", "orders.#"))
+    cid = register_client(tx_engine, tx_engine.now())
+    maintainer = Maintainer(
+        tx_engine, Elector(tx_engine, lambda: cid, ttl=180), interval=60.0,
+        services=[StreamPumper(tx_engine)],
+    )  # fmt: skip
+    stop = threading.Event()
+    thread = threading.Thread(target=maintainer.run, args=(stop,))
+    thread.start()
+    try:
+        for _ in range(500):
+            if maintainer.elector.is_leader:
+                break
+            stop.wait(0.02)
+        streams.append("orders.created", {"id": 1})  # autocommit: the wake-up is at once
+        for _ in range(500):
+            if delivered_to(tx_engine):
+                break
+            stop.wait(0.02)
+        assert delivered_to(tx_engine) == ["orders"]
+    finally:
+        stop.set()
+        maintainer.wake.set()
+        thread.join(10)
+    streams.append("orders.created", {"id": 2})  # a stopped maintainer no longer listens
+    assert delivered_to(tx_engine) == ["orders"]
