@@ -167,7 +167,64 @@ ROWS: list[Row] = [
     ("1M x scale waiting: throughput / latency vs empty", _growth("waiting_large")),
     ("1M x scale in history: throughput / latency vs empty", _growth("history_large")),
     ("worker RSS at 10% / 50% / 100%", _memory),
+    (
+        "cold: enqueue() in atomic(), 1 per transaction (x one-row)",
+        _with_ratio(
+            lambda r: r["cold"]["enqueue_one_per_tx"]["jobs_per_s"],
+            lambda r: r["raw"]["insert_one"]["jobs_per_s"],
+            "cold_enqueue_one_per_tx",
+        ),
+    ),
+    (
+        "cold: 1 process (x raw 1 conn)",
+        _with_ratio(
+            lambda r: r["cold"]["1proc"]["jobs_per_s"],
+            lambda r: r["raw"]["cycle_1conn"]["jobs_per_s"],
+            "cold_1proc",
+        ),
+    ),
+    (
+        "cold: 2 processes (x raw 2 conns)",
+        _with_ratio(
+            lambda r: r["cold"]["2proc"]["jobs_per_s"],
+            lambda r: r["raw"]["cycle_2conn"]["jobs_per_s"],
+            "cold_2proc",
+        ),
+    ),
+    (
+        "cold: pickup latency median / p95 (ms)",
+        lambda r: (
+            f"{r['cold']['latency'].get('median_ms', 0):.1f} / "
+            f"{r['cold']['latency'].get('p95_ms', 0):.1f}"
+        ),
+    ),
+    (
+        "round trips: enqueue() autocommit / in atomic() / unique key in atomic()",
+        lambda r: " / ".join(
+            f"{r['round_trips'][k]['round_trips']:.0f}"
+            for k in (
+                "enqueue() in autocommit",
+                "enqueue() in transaction.atomic()",
+                "enqueue() with a unique key, in atomic()",
+            )
+        ),
+    ),
 ]
+
+
+def targets_table(engine: str, trees: list[dict[str, Any]], columns: list[str]) -> str:
+    """Return the Markdown table of the targets: each run's figure and its verdict."""
+    from bench.run import evaluate_targets
+
+    per_tree = [evaluate_targets(engine, t) for t in trees]
+    out = ["| target | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for i, (label, _, _) in enumerate(per_tree[0]):
+        cells = []
+        for evaluated in per_tree:
+            _, value, verdict = evaluated[i]
+            cells.append("n/a" if value is None else f"{value:.2f} {verdict}")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 def table(engine: str, runs: list[dict[str, Any]], median: dict[str, Any] | None) -> str:
@@ -187,6 +244,8 @@ def table(engine: str, runs: list[dict[str, Any]], median: dict[str, Any] | None
             except (KeyError, TypeError):
                 cells.append("n/a")
         out.append(f"| {label} | " + " | ".join(cells) + " |")
+    out.append("")
+    out.append(targets_table(engine, trees, columns))
     return "\n".join(out)
 
 
