@@ -3,6 +3,7 @@ no attempt, and the takeover of expired pass leases, identical on both engines."
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -11,6 +12,8 @@ import pytest
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import (
     JobClaimByIDParams,
+    JobFinalize,
+    JobFinalizeParams,
     JobLeaseRow,
     JobPassBeginParams,
     JobPassBegun,
@@ -310,3 +313,24 @@ def test_pass_takeover__ends_a_pass_whose_worker_stopped_renewing_its_own_lease(
     (taken,) = takeover(engine, db_now + 10 * SECOND)  # the worker's lease expired
 
     assert (taken.id, taken.began, taken.state) == (job.id, True, JobState.RETRYABLE)
+
+
+def test_pass_get__reads_live_runs_only_and_a_begun_pass_ends_by_its_lease(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    from django_hopper.ids import new_id
+
+    job = claimed(engine, db_now)
+    begun = begin(engine, job, db_now)
+    assert begun is not None
+    finish = JobFinalize(
+        id=job.id, attempted_by=None, fence=job.fence, state=JobState.COMPLETED,
+        lease_token=begun.lease.token,
+    )  # fmt: skip
+
+    assert engine.job_pass_get(new_id()) is None
+    by_client = dataclasses.replace(finish, attempted_by=job.attempted_by, lease_token=None)
+    # From BEGIN on the pass lease owns the run: its worker's client no longer does.
+    assert engine.job_finalize_many(JobFinalizeParams(jobs=[by_client], now=db_now)) == []
+    assert engine.job_finalize_many(JobFinalizeParams(jobs=[finish], now=db_now))
+    assert engine.job_pass_get(job.id) is None  # finished: in history now
