@@ -21,7 +21,7 @@ import pytest
 from psycopg import sql
 
 from django_hopper.schema import code_version
-from tests.support.runtime import ROOT
+from tests.support.runtime import ROOT, wait_for
 
 pytestmark = pytest.mark.processes
 
@@ -298,3 +298,55 @@ def test_migrate__run_again_rebuilds_the_invalid_index_an_interrupted_build_left
         ).fetchone()
     assert row[0] is True
     assert "ON public.hopper_job " in row[1] and "ordering_key IS NOT NULL" in row[1]
+
+
+def test_migrate__killed_during_a_concurrent_build_completes_when_run_again(
+    fresh_db: str,
+) -> None:
+    if not POSTGRES:
+        pytest.skip("an SQLite index build blocks writes and is atomic: nothing is left half-done")
+    before = run(fresh_db, "migrate", "django_hopper", "0005", "--no-input")
+    assert before.returncode == 0, before.stdout + before.stderr
+    with database(fresh_db) as probe, psycopg.connect(**server(), dbname=fresh_db) as writer:
+        # A transaction that writes hopper_job: the concurrent build waits for it to end.
+        writer.execute("LOCK TABLE hopper_job IN ROW EXCLUSIVE MODE")
+        migrate = manage(fresh_db, "migrate", "django_hopper", "0006", "--no-input")
+        try:
+
+            def building() -> int | None:
+                assert migrate.poll() is None, migrate.communicate()[0]
+                row = probe.execute(
+                    "SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid "
+                    "WHERE NOT l.granted AND a.datname = current_database() "
+                    "AND a.query ILIKE 'CREATE INDEX CONCURRENTLY%'"
+                ).fetchone()
+                return row[0] if row else None
+
+            backend = wait_for(building, timeout=120, step=0.1)
+            # The deploy host dies mid-build, and its session with it.
+            migrate.kill()
+            migrate.wait(timeout=30)
+            probe.execute("SELECT pg_terminate_backend(%s)", [backend])
+        finally:
+            if migrate.poll() is None:
+                migrate.kill()
+        writer.rollback()
+        left = probe.execute(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname = 'hopper_job_keyed'"
+        ).fetchone()
+        assert left == (False,), "the interrupted build left no invalid index to test with"
+
+    again = run(fresh_db, "migrate", "django_hopper", "0006", "--no-input")
+
+    assert again.returncode == 0, again.stdout + again.stderr
+    with database(fresh_db) as conn:
+        valid = conn.execute(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname = 'hopper_job_keyed'"
+        ).fetchall()
+        recorded = conn.execute(
+            "SELECT count(*) FROM django_migrations WHERE name = '0006_keyed_claim_window'"
+        ).fetchone()
+    assert valid == [(True,)]
+    assert recorded == (1,)
