@@ -109,7 +109,7 @@ ROWS: list[Row] = [
         ),
     ),
     (
-        "1 process, tracing + metrics on (x off)",
+        "1 process, tracing (0.1) + metrics on (x off)",
         _with_ratio(
             lambda r: r["processing"]["1proc_observed"]["jobs_per_s"],
             lambda r: r["processing"]["1proc"]["jobs_per_s"],
