@@ -345,7 +345,10 @@ class BaseEngine(ABC):
             return []
         for p in params:
             checks.insert(p, copy=True)
-        return self._job_insert_copy(params, opts)
+        results = self._job_insert_copy(params, opts)
+        if opts.notify:
+            self._send(outcomes.woken([r.job for r in results if not r.duplicate]))
+        return results
 
     def job_claim(self, params: JobClaimParams) -> JobClaimResult:
         """Move up to ``limit`` claimable jobs of a queue to running, atomically.
@@ -368,7 +371,9 @@ class BaseEngine(ABC):
             validation.queue_name(params.queue)
         if checks.limit(params.limit) == 0:
             return 0
-        return self._job_schedule(params)
+        count, queues = self._job_schedule(params)
+        self._send(outcomes.woken_queues(queues))
+        return count
 
     def job_finalize_many(self, params: JobFinalizeParams) -> list[JobFinalized]:
         """Apply a batch of results in one statement, each fenced to its claim.
@@ -513,7 +518,9 @@ class BaseEngine(ABC):
         """Move waiting jobs past their TTL to history as discarded."""
         if checks.limit(params.limit) == 0:
             return []
-        return self._job_discard_expired(params)
+        jobs = self._job_discard_expired(params)
+        self._send(outcomes.done(jobs))
+        return jobs
 
     def job_rescue_candidates(self, params: JobRescueParams) -> list[RescueCandidate]:
         """Return running jobs whose client has no unexpired lease, plus (if
@@ -537,7 +544,10 @@ class BaseEngine(ABC):
         )
         if checks.limit(params.limit) == 0:
             return 0
-        return self._job_retry_ordering_key(params)
+        woken = self._job_retry_ordering_key(params)
+        if woken:
+            self._send(outcomes.woken_queues([params.queue]))
+        return woken
 
     def job_age(self, params: JobAgeParams) -> int:
         """Raise by one level (up to 100) the priority of the queue's jobs that have
@@ -869,7 +879,10 @@ class BaseEngine(ABC):
         """Insert a workflow's batch, jobs and edges atomically; jobs with dependencies
         start pending. Refuse an invalid workflow before writing anything."""
         checks.workflow(params)
-        return self._workflow_insert(params)
+        result = self._workflow_insert(params)
+        if params.notify:
+            self._send(outcomes.woken([r.job for r in result.jobs]))
+        return result
 
     def workflow_get(self, id: JobID) -> WorkflowRow | None:
         """Return a workflow's batch, jobs (live and history), edges and step names."""
@@ -1278,7 +1291,8 @@ class BaseEngine(ABC):
         """Claim through the limited path: lock the queue row, plan with engine.limits."""
 
     @abstractmethod
-    def _job_schedule(self, params: JobScheduleParams) -> int: ...
+    def _job_schedule(self, params: JobScheduleParams) -> tuple[int, list[str]]:
+        """Promote the due jobs; return how many, and the queues that got them."""
 
     @abstractmethod
     def _job_finalize_many(self, params: JobFinalizeParams) -> list[JobFinalized]: ...

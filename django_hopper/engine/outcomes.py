@@ -130,8 +130,13 @@ def done(jobs: Sequence[JobRow]) -> list[Notice]:
 
 def woken(jobs: Sequence[JobRow]) -> list[Notice]:
     """Wake the workers of each queue that has one of these jobs available now."""
-    queues = sorted({j.queue for j in jobs if j.state == JobState.AVAILABLE})
-    return [(CHANNEL_INSERT, queues)] if queues else []
+    return woken_queues([j.queue for j in jobs if j.state == JobState.AVAILABLE])
+
+
+def woken_queues(queues: Sequence[str]) -> list[Notice]:
+    """Wake the workers of these queues, each once."""
+    unique = sorted(set(queues))
+    return [(CHANNEL_INSERT, unique)] if unique else []
 
 
 def cancel_notices(jobs: Sequence[JobRow]) -> list[Notice]:

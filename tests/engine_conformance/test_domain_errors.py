@@ -1,4 +1,4 @@
-"""Domain errors and operator notifications: decided by the front, the same on both engines.
+"""Domain errors and notifications: decided by the front, the same on both engines.
 
 Every refusal a method raises is pinned here by exception type and exact
 words, so the two engines cannot drift; each is raised after the method's own
@@ -21,13 +21,20 @@ from django_hopper.engine.params import (
     JobClaimByIDParams,
     JobDeleteManyParams,
     JobDeleteParams,
+    JobDependency,
+    JobDiscardExpiredParams,
+    JobInsertOpts,
+    JobInsertParams,
     JobLeaseRenewParams,
     JobRetryManyParams,
+    JobRetryOrderingKeyParams,
     JobRetryParams,
+    JobScheduleParams,
     JobStepGetParams,
     JobStepRecordParams,
     JobStepsClearParams,
     StreamSeekParams,
+    WorkflowInsertParams,
 )
 from django_hopper.exceptions import (
     HopperError,
@@ -46,7 +53,7 @@ from django_hopper.types import (
     JobOutcome,
     LeaseFence,
 )
-from tests.engine_conformance.support import HOUR, finalize, insert, result, running
+from tests.engine_conformance.support import HOUR, MINUTE, finalize, insert, result, running
 from tests.factories import HistoryFactory, QueueFactory
 
 TTL = dt.timedelta(minutes=5)
@@ -350,3 +357,73 @@ def test_delete__tells_the_waiters_of_an_awaited_waiting_job_only(
     engine.job_delete(JobDeleteParams(id=finished, now=db_now))
 
     assert sent == [(CHANNEL_DONE, [str(waiting.id)])]
+
+
+def test_schedule__wakes_each_queue_that_got_a_due_job_once(
+    engine: BaseEngine, db_now: dt.datetime, sent: list[Any]
+) -> None:
+    for queue in ("q-due-b", "q-due-a", "q-due-a"):
+        insert(engine, db_now, queue=queue, scheduled_at=db_now + MINUTE)
+    insert(engine, db_now, queue="q-not-due", scheduled_at=db_now + HOUR)
+
+    promoted = engine.job_schedule(JobScheduleParams(now=db_now + 2 * MINUTE))
+
+    assert promoted == 3
+    assert sent == [(CHANNEL_INSERT, ["q-due-a", "q-due-b"])]
+
+
+def test_discard_expired__tells_the_waiters_of_awaited_jobs_only(
+    engine: BaseEngine, db_now: dt.datetime, sent: list[Any]
+) -> None:
+    awaited = insert(engine, db_now, ttl=MINUTE, awaited=True)
+    insert(engine, db_now, ttl=MINUTE)
+
+    gone = engine.job_discard_expired(JobDiscardExpiredParams(now=db_now + HOUR))
+
+    assert len(gone) == 2
+    assert sent == [(CHANNEL_DONE, [str(awaited.id)])]
+
+
+def test_retry_ordering_key__wakes_the_queue_only_when_a_job_became_available(
+    engine: BaseEngine, db_now: dt.datetime, sent: list[Any]
+) -> None:
+    insert(engine, db_now, queue="q-key", ordering_key="k", scheduled_at=db_now + HOUR)
+
+    woke = engine.job_retry_ordering_key(
+        JobRetryOrderingKeyParams(queue="q-key", ordering_key="k", now=db_now)
+    )
+    again = engine.job_retry_ordering_key(
+        JobRetryOrderingKeyParams(queue="q-key", ordering_key="none", now=db_now)
+    )
+
+    assert (woke, again) == (1, 0)
+    assert sent == [(CHANNEL_INSERT, ["q-key"])]
+
+
+@pytest.mark.parametrize("notify", [True, False])
+def test_workflow_insert__wakes_the_queues_of_steps_that_start_available_if_asked(
+    engine: BaseEngine, db_now: dt.datetime, sent: list[Any], notify: bool
+) -> None:
+    steps = [JobInsertParams(kind="tests.job", queue=q) for q in ("q-first", "q-then")]
+    engine.workflow_insert(
+        WorkflowInsertParams(
+            name="two", jobs=steps, deps=[JobDependency(1, 0)], notify=notify, now=db_now
+        )
+    )
+
+    assert sent == ([(CHANNEL_INSERT, ["q-first"])] if notify else [])
+
+
+def test_insert_copy__wakes_the_queues_of_available_jobs_if_asked(
+    engine: BaseEngine, db_now: dt.datetime, sent: list[Any]
+) -> None:
+    if not engine.features.supports_copy:
+        pytest.skip("engine capability: no COPY (supports_copy)")
+    params = [
+        JobInsertParams(kind="tests.job", queue="q-copy"),
+        JobInsertParams(kind="tests.job", queue="q-copy-later", scheduled_at=db_now + HOUR),
+    ]
+    engine.job_insert_copy(params, JobInsertOpts(now=db_now, notify=True))
+    engine.job_insert_copy(params, JobInsertOpts(now=db_now))
+
+    assert sent == [(CHANNEL_INSERT, ["q-copy"])]

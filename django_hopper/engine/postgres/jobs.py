@@ -240,14 +240,6 @@ class JobsMixin(PostgresSupport):
         )
         return {row[0] - 1: job_from_row(row[1:]) for row in rows}
 
-    def _notify_inserted(self, results: Sequence[JobInsertResult]) -> None:
-        """Wake the workers of each queue that got a new available job (at commit)."""
-        queues = sorted(
-            {r.job.queue for r in results if not r.duplicate and r.job.state == JobState.AVAILABLE}
-        )
-        if queues:
-            self.notify(CHANNEL_INSERT, queues)
-
     def _job_insert_copy(
         self, params: Sequence[JobInsertParams], opts: JobInsertOpts = _DEFAULT_OPTS
     ) -> list[JobInsertResult]:
@@ -296,10 +288,7 @@ class JobsMixin(PostgresSupport):
                             subject=p.subject,
                         )
                     )
-            results = [JobInsertResult(job) for job in jobs]
-            if opts.notify:
-                self._notify_inserted(results)
-        return results
+        return [JobInsertResult(job) for job in jobs]
 
     # -- claim and schedule ---------------------------------------------------
 
@@ -318,17 +307,12 @@ class JobsMixin(PostgresSupport):
         jobs = runnable(self, params, [job_from_row(row) for row in rows])
         return JobClaimResult(jobs=attach_dependencies(self, jobs))
 
-    def _job_schedule(self, params: JobScheduleParams) -> int:
-        """Promote due scheduled and retryable jobs and wake their queues' workers."""
-        with db_errors(), self._atomic():
-            row = self._fetchone(
-                "job_schedule",
-                {"queue": params.queue, "limit": params.limit, "now": params.now},
-            )
-            count, queues = (row[0], row[1]) if row else (0, [])
-            if queues:
-                self.notify(CHANNEL_INSERT, sorted(queues))
-        return int(count)
+    def _job_schedule(self, params: JobScheduleParams) -> tuple[int, list[str]]:
+        """Promote due scheduled and retryable jobs; say which queues got them."""
+        row = self._fetchone(
+            "job_schedule", {"queue": params.queue, "limit": params.limit, "now": params.now}
+        )
+        return (int(row[0]), list(row[1])) if row else (0, [])
 
     # -- finalize and progress ------------------------------------------------
 
@@ -453,9 +437,6 @@ class JobsMixin(PostgresSupport):
         with db_errors(), self._atomic():
             rows = self._fetchall("job_discard_expired", {"limit": params.limit, "now": params.now})
             jobs = [job_from_row(row) for row in rows]
-            awaited = [str(job.id) for job in jobs if job.awaited]
-            if awaited:
-                self.notify(CHANNEL_DONE, awaited)
             jobs_finished(self, jobs)
         return jobs
 

@@ -19,7 +19,6 @@ from django_hopper.engine.postgres.convert import job_from_row
 from django_hopper.engine.postgres.support import PostgresSupport, db_errors
 from django_hopper.engine.postgres.workflows import attach_dependencies
 from django_hopper.types import (
-    CHANNEL_INSERT,
     QueueLimits,
     QueueRow,
 )
@@ -81,17 +80,13 @@ class QueuesMixin(PostgresSupport):
     # -- ordering keys and aging ----------------------------------------------
 
     def _job_retry_ordering_key(self, params: JobRetryOrderingKeyParams) -> int:
-        """Wake an ordering key and tell the queue's workers when jobs became available."""
+        """Wake an ordering key's waiting jobs and mark its running one, in one statement."""
         queue, key = params.queue, params.ordering_key
-        with db_errors(), self._atomic():
-            row = self._fetchone(
-                "job_retry_ordering_key",
-                {"queue": queue, "ordering_key": key, "limit": params.limit, "now": params.now},
-            )
-            woken = int(row[0]) if row else 0
-            if woken:
-                self.notify(CHANNEL_INSERT, [queue])
-        return woken
+        row = self._fetchone(
+            "job_retry_ordering_key",
+            {"queue": queue, "ordering_key": key, "limit": params.limit, "now": params.now},
+        )
+        return int(row[0]) if row else 0
 
     def _job_age(self, params: JobAgeParams) -> int:
         """Raise the priority of the queue's long-claimable jobs by one level."""

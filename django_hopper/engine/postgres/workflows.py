@@ -38,7 +38,6 @@ from django_hopper.types import (
     JobEdge,
     JobID,
     JobRow,
-    JobState,
     WorkflowRow,
 )
 
@@ -84,10 +83,6 @@ class WorkflowsMixin(PostgresSupport):
                 job.batch_id = batch_id
                 job.step = steps[i]
                 results.append(JobInsertResult(job))
-            if params.notify:
-                queues = sorted({r.job.queue for r in results if r.job.state == JobState.AVAILABLE})
-                if queues:
-                    self.notify(CHANNEL_INSERT, queues)
         return WorkflowInsertResult(id=batch_id, jobs=results)
 
     def _workflow_get(self, id: JobID) -> WorkflowRow | None:

@@ -259,14 +259,15 @@ class JobsMixin(SQLiteSupport):
         return JobClaimResult(jobs=jobs)
 
     @translate_errors
-    def _job_schedule(self, params: JobScheduleParams) -> int:
-        """Make due scheduled and retryable jobs available; return how many."""
+    def _job_schedule(self, params: JobScheduleParams) -> tuple[int, list[str]]:
+        """Make due scheduled and retryable jobs available; say which queues got them."""
         _, now_s = self._now(params.now)
         with self._cursor() as c:
             c.execute(
                 Q["job_schedule"], {"now": now_s, "queue": params.queue, "limit": params.limit}
             )
-            return int(c.rowcount)
+            queues = [r[0] for r in c.fetchall()]
+        return len(queues), queues
 
     # -- finalize and progress -----------------------------------------------
 
@@ -501,9 +502,6 @@ class JobsMixin(SQLiteSupport):
                     jobs_finished(self, c, finished_of(expired), params.now)
         jobs = [job_from_row(r) for r in rows]
         jobs.sort(key=lambda j: (j.expires_at, j.id))
-        done = [str(j.id) for j in jobs if j.awaited]
-        if done:
-            self.notify(CHANNEL_DONE, done)
         return jobs
 
     @translate_errors

@@ -121,10 +121,6 @@ class WorkflowsMixin(SQLiteSupport):
                     Q["workflow_insert.edges"],
                     {"edges": json.dumps(edges), "batch_id": batch_id.hex},
                 )
-        if params.notify:
-            queues = sorted({r.job.queue for r in results if r.job.state == JobState.AVAILABLE})
-            if queues:
-                self.notify(CHANNEL_INSERT, queues)
         return WorkflowInsertResult(id=batch_id, jobs=results)
 
     @translate_errors

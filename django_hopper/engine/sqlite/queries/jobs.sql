@@ -265,7 +265,8 @@ WHERE id IN (
       AND scheduled_at <= %(now)s
       AND (%(queue)s IS NULL OR queue = %(queue)s)
     ORDER BY scheduled_at, id
-    LIMIT %(limit)s);
+    LIMIT %(limit)s)
+RETURNING queue;
 
 
 -- Finalize. %(results)s: [id, fence, client, lease_token, state, scheduled_at, snooze (0/1),
