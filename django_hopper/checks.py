@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core import management
 from django.core.checks import Error, Warning, register
 
 from django_hopper.conf import DEFAULTS, hopper_settings
@@ -265,3 +266,26 @@ def _check_numbers(user: dict[str, Any], defaults: dict[str, Any]) -> list[Any]:
             )
         )
     return errors
+
+
+@register("hopper")
+def check_migrate_command(app_configs: Any = None, **kwargs: Any) -> list[Any]:
+    """Warn when another app's ``migrate`` shadows hopper's, which holds the migration lock.
+
+    Django runs the ``migrate`` of the first installed app that ships one;
+    without hopper's, two hosts migrating at once are not serialized.
+    """
+    owner = management.get_commands().get("migrate")
+    if owner in ("django_hopper", None):
+        return []
+    return [
+        Warning(
+            f"manage.py migrate is {owner!r}'s, not django_hopper's: it does not hold "
+            "hopper's migration lock, so two hosts migrating at once can half-apply the schema.",
+            hint=(
+                "List 'django_hopper' before that app in INSTALLED_APPS, or wrap the migrate "
+                "your deploy runs in django_hopper.schema.migration_lock(alias)."
+            ),
+            id="hopper.W301",
+        )
+    ]

@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.core import management
 from django.core.management import CommandError, call_command
 
+from django_hopper.checks import check_migrate_command
 from django_hopper.engine.base import BaseEngine
 from django_hopper.exceptions import DatabaseUnavailable, SchemaMismatch
 from django_hopper.management.commands import hopper_worker
@@ -62,3 +64,18 @@ def test_hopper_worker__exits_with_the_mismatch_before_starting_a_worker(
 
     with pytest.raises(CommandError, match="deploy the newer code"):
         call_command("hopper_worker", "--queues", "default:1", "--burst")
+
+
+def test_check_migrate_command__is_quiet_while_migrate_is_hoppers() -> None:
+    assert check_migrate_command() == []
+
+
+def test_check_migrate_command__warns_when_another_apps_migrate_shadows_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(management, "get_commands", lambda: {"migrate": "tenants"})
+
+    (warning,) = check_migrate_command()
+
+    assert warning.id == "hopper.W301"
+    assert "'tenants'" in warning.msg
