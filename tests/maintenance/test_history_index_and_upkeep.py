@@ -50,7 +50,8 @@ def test_an_index_added_to_history_is_built_per_partition_and_attached(
                 "CREATE INDEX hopper_history_test_idx ON ONLY hopper_job_history (queue)"
             )
         result = e.history_index(HistoryIndexParams())
-        assert len(result.built) == len(e.history_partitions())
+        built = [b for b in result.built if b.endswith(".hopper_history_test_idx")]
+        assert len(built) == len(e.history_partitions())
         assert "hopper_history_test_idx" not in result.invalid
         assert partition_indexes("hopper_job_history_default")
         again = e.history_index(HistoryIndexParams())

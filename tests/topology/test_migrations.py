@@ -38,6 +38,10 @@ BRIEF_ACCESS_EXCLUSIVE = {
     "0002_workflows_periodic": "ADD COLUMN step (nullable, no default): a catalog change",
     "0007_client_completed": "ADD COLUMN completed (nullable, no default) on the small "
     "clients table: a catalog change",
+    "0008_pass_leases": "ADD COLUMN lease_began_at / admission_misses (nullable, no default) "
+    "on the job tables: catalog changes",
+    "0010_subject_erasure": "ADD COLUMN subject / erased_at (nullable, no default) on the job "
+    "tables: catalog changes",
     "0012_route_and_periodic_controls": "ADD COLUMN paused_at / disabled_at / enabled_at "
     "(nullable, no default) and DROP NOT NULL on the small subscription, stream consumer "
     "and periodic slot tables: catalog changes",
