@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import threading
 from typing import Any
 
 import pytest
@@ -33,9 +34,11 @@ from tests.engine_conformance.support import (
     finalize,
     get,
     insert,
+    register,
     result,
     running,
 )
+from tests.support.runtime import wait_for
 
 SUBJECT = "user:42"
 DAY = dt.timedelta(days=1)
@@ -306,3 +309,53 @@ def test_subject_erase__empties_the_output_a_workflow_keeps_for_dependents(
     kept = DependencyResult.objects.get(job_id=fetch.id)
     assert (kept.output, kept.state, erasure.results) == (None, "completed", 1)
     assert flow.jobs[1].job.subject is None
+
+
+def lock_waiters() -> int:
+    with connection.cursor() as c:
+        c.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        return int(c.fetchone()[0])
+
+
+def test_subject_erase__erases_a_job_a_concurrent_retry_moves_back_to_live(
+    tx_engine: BaseEngine,
+) -> None:
+    if tx_engine.features.single_writer:
+        pytest.skip("one writer at a time: no retry can run beside the erasure")
+    now = tx_engine.now()
+    client_id = register(tx_engine, now)
+    job = running(tx_engine, client_id, now, subject=SUBJECT, args={"n": "Ada"})
+    finalize(tx_engine, now, result(job, "discarded"))
+    retried, release, erased = threading.Event(), threading.Event(), []
+
+    def retry() -> None:
+        try:
+            with transaction.atomic():
+                tx_engine.job_retry(JobRetryParams(id=job.id))
+                retried.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    def erase_now() -> None:
+        try:
+            erased.append(tx_engine.subject_erase(SubjectEraseParams(subject=SUBJECT)))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=retry, daemon=True)]
+    threads[0].start()
+    assert retried.wait(10)
+    threads.append(threading.Thread(target=erase_now, daemon=True))
+    threads[1].start()
+    wait_for(lambda: lock_waiters() >= 1)  # the erasure waits for the retry's row
+    release.set()
+    for thread in threads:
+        thread.join(10)
+
+    row = get(tx_engine, job)
+    assert row.state == JobState.DISCARDED and row.erased_at is not None
+    assert row.args == {} and erased[0].jobs == 1 and erased[0].ended == [job.id]

@@ -14,8 +14,11 @@ class SubjectsMixin(PostgresSupport):
         """End the subject's live jobs, empty its history rows and ledgers, record it."""
         values = {"subject": params.subject, "now": params.now}
         with db_errors(), self._atomic():
-            ended = self._fetchall("subject_erase", {**values, "done_channel": CHANNEL_DONE})
+            # Lock, then history, then live: each statement a later snapshot, so a
+            # job moving between the tables meanwhile is erased where it lands.
+            self._fetchall("subject_erase.lock", values)
             kept = self._fetchall("subject_erase.history", values)
+            ended = self._fetchall("subject_erase", {**values, "done_channel": CHANNEL_DONE})
             ids = [r[0] for r in ended] + [r[0] for r in kept]
             steps, logs, results = 0, 0, 0
             if ids:

@@ -8,6 +8,14 @@
 -- state, counters, times, batch and step name: what an operator needs to see
 -- that a job existed and was erased, nothing the job was handed or produced.
 
+-- name: subject_erase.lock
+-- First, lock the subject's live jobs. A finalize (or cancel, expiry) moving one
+-- to history right now is waited for, so the history statement that follows, a
+-- later snapshot, finds it there; the rows locked here cannot move until the
+-- erasure commits. A retry moving a job back from history is waited for by the
+-- history statement, and the live statement, later again, finds it live.
+SELECT j.id FROM hopper_job j WHERE j.subject = %(subject)s ORDER BY j.id FOR UPDATE
+
 -- name: subject_erase
 -- End the subject's live jobs: into history as discarded, data removed, marked
 -- erased_at; their batches get the progress a finalize would record, and an
