@@ -53,7 +53,10 @@ def open_session(alias: str, purpose: str) -> psycopg.Connection[Any]:
     Session-level state (an advisory lock) must stay on one server
     connection, which a transaction pooler does not give: behind one, the
     direct connection of ``HOPPER["DIRECT_DATABASES"]`` is used, and without
-    it this refuses, naming ``purpose``.
+    it this refuses, naming ``purpose``. The direct connection is used for
+    its route (host, port, credentials) only: the database is ``alias``'s,
+    by name, so the session reaches the database ``alias`` works on even
+    where a test runner renamed ``alias``'s database and not the direct one's.
     """
 
     from django_hopper.topology import session_alias  # noqa: PLC0415 - import cycle: topology imports the postgres engine
@@ -67,6 +70,9 @@ def open_session(alias: str, purpose: str) -> psycopg.Connection[Any]:
     with db_errors():
         params = connections[session].get_connection_params()
     conninfo = {k: v for k, v in params.items() if k not in _DJANGO_ONLY}
+    name = connections[alias].settings_dict.get("NAME")
+    if session != alias and name:
+        conninfo["dbname"] = name
     try:
         return psycopg.connect(autocommit=True, **conninfo)
     except psycopg.Error as exc:
