@@ -36,6 +36,7 @@ from django.db import connections, transaction
 
 from django_hopper import validation
 from django_hopper.engine import checks, outcomes, rules, topics
+from django_hopper.engine.decode import refuse_undecodable_lease
 from django_hopper.engine.limits import validate_limits
 from django_hopper.engine.outcomes import OperatorRows
 from django_hopper.engine.params import (
@@ -581,7 +582,9 @@ class BaseEngine(ABC):
         except JobLocked as exc:
             raise outcomes.locked(params.id) from exc
         if isinstance(claimed, str):
-            raise rules.claim_by_id_refusal(claimed, params.id)
+            raise outcomes.claim_by_id_refusal(claimed, params.id)
+        if claimed.job.decode_error is not None:
+            raise refuse_undecodable_lease(self, claimed.job, claimed.lease.token, params.now)
         return claimed
 
     def job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus:
@@ -1340,7 +1343,8 @@ class BaseEngine(ABC):
 
     @abstractmethod
     def _job_claim_by_id(self, params: JobClaimByIDParams) -> JobLeaseRow | str:
-        """Claim the job, or return the refusal's status (``rules.claim_by_id_refusal``)."""
+        """Claim the job, or return the refusal's status (``outcomes.claim_by_id_refusal``);
+        a claimed job whose values do not decode comes back as claimed, for the front to end."""
 
     @abstractmethod
     def _job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus | None:

@@ -30,15 +30,17 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import JobClaimParams, JobFinalize, JobFinalizeParams
 from django_hopper.engine.queries import COL
 from django_hopper.engine.rules import rescued_state
 from django_hopper.exceptions import JobNotClaimable
 from django_hopper.retry import backoff
 from django_hopper.types import AttemptError, JobID, JobRow, JobState, Progress, RescueReason
+
+if TYPE_CHECKING:
+    from django_hopper.engine.base import BaseEngine
 
 logger = logging.getLogger("django_hopper.engine")
 

@@ -19,6 +19,7 @@ from django_hopper.exceptions import (
     JobErased,
     JobFenced,
     JobLocked,
+    JobNotClaimable,
     JobRunning,
     NotFound,
     UniqueConflict,
@@ -94,6 +95,23 @@ def refusal(outcome: str, id: JobID) -> HopperError | None:
     if outcome == JobOutcome.ERASED:
         return JobErased(f"job {id} was erased: its arguments are gone, it cannot run")
     return None
+
+
+def claim_by_id_refusal(status: str, id: JobID) -> HopperError:
+    """Return the error a claim by ID refused with ``status`` raises (the engines'
+    statements name the first rule that applies)."""
+    if status == "not_found":
+        return NotFound(f"job {id} does not exist")
+    if status == "finished":
+        return JobNotClaimable(f"job {id} has finished; retry it to run it again")
+    if status == "fenced":
+        return JobFenced(f"job {id} is at another fence: another claim took it")
+    if status == "running":
+        return JobRunning(f"job {id} is running")
+    return JobNotClaimable(
+        f"job {id} cannot be claimed now: pending, past its TTL, in a paused queue, "
+        "or behind an older job of its ordering key"
+    )
 
 
 def not_owned(id: JobID) -> JobFenced:

@@ -1,8 +1,8 @@
 """The engine's rules that need no database, written once for both engines.
 
 What a valid workflow is, how a batch's callbacks are stored and chosen, how
-hopper ends an attempt whose holder stopped reporting, what a refused claim by
-ID raises. The rules that need atomicity live inside single SQL statements.
+hopper ends an attempt whose holder stopped reporting. The rules that need
+atomicity live inside single SQL statements.
 """
 
 from __future__ import annotations
@@ -23,10 +23,6 @@ from django_hopper.engine.params import (
 )
 from django_hopper.exceptions import (
     InvalidJob,
-    JobFenced,
-    JobNotClaimable,
-    JobRunning,
-    NotFound,
     SchemaMismatch,
 )
 from django_hopper.types import (
@@ -223,24 +219,6 @@ def lease_expiry_result(job: JobRow, token: JobID) -> JobFinalize:
         state=rescued_state(job),
         error=err,
         lease_token=token,
-    )
-
-
-def claim_by_id_refusal(status: str, id: JobID) -> Exception:
-    """Return the error a claim by ID refused with ``status`` raises (the engines'
-    statements name the first rule that applies; the words are written here once)."""
-
-    if status == "not_found":
-        return NotFound(f"job {id} does not exist")
-    if status == "finished":
-        return JobNotClaimable(f"job {id} has finished; retry it to run it again")
-    if status == "fenced":
-        return JobFenced(f"job {id} is at another fence: another claim took it")
-    if status == "running":
-        return JobRunning(f"job {id} is running")
-    return JobNotClaimable(
-        f"job {id} cannot be claimed now: pending, past its TTL, in a paused queue, "
-        "or behind an older job of its ordering key"
     )
 
 

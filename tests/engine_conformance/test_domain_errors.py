@@ -53,7 +53,15 @@ from django_hopper.types import (
     JobOutcome,
     LeaseFence,
 )
-from tests.engine_conformance.support import HOUR, MINUTE, finalize, insert, result, running
+from tests.engine_conformance.support import (
+    HOUR,
+    MINUTE,
+    finalize,
+    insert,
+    result,
+    running,
+    store_raw,
+)
 from tests.factories import HistoryFactory, QueueFactory
 
 TTL = dt.timedelta(minutes=5)
@@ -216,6 +224,17 @@ def claim_by_id_paused(engine: BaseEngine, now: dt.datetime, client_id: int) -> 
     )
 
 
+def claim_by_id_undecodable(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
+    i = insert(engine, now, queue="by-id").id
+    store_raw(i, "progress", '"corrupt"')
+    return (
+        lambda: _claim_by_id(engine, i, now),
+        JobNotClaimable,
+        f"job {i} cannot run: stored values do not decode: "
+        "progress: expected a JSON object, not the string 'corrupt'",
+    )
+
+
 def consumer_seek_unknown(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
     return (
         lambda: engine.stream_consumer_seek("nobody", StreamSeekParams(latest=True)),
@@ -248,6 +267,7 @@ CASES: list[Case] = [
     claim_by_id_fenced,
     claim_by_id_running,
     claim_by_id_paused,
+    claim_by_id_undecodable,
     consumer_seek_unknown,
     consumer_pump_unknown,
 ]

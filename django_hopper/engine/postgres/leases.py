@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from django_hopper.engine.decode import refuse_undecodable_lease
 from django_hopper.engine.params import (
     JobClaimByIDParams,
     JobExpireLeasesParams,
@@ -45,9 +44,8 @@ class LeasesMixin(PostgresSupport):
             return str(row[0]) if row else "not_found"
         job = job_from_row(row[1 : 1 + JOB_WIDTH])
         token, expires_at = row[1 + COL.lease_token], row[1 + COL.lease_expires_at]
-        if job.decode_error is not None:
-            raise refuse_undecodable_lease(self, job, token, params.now)
-        job = attach_dependencies(self, [job])[0]
+        if job.decode_error is None:
+            job = attach_dependencies(self, [job])[0]
         return JobLeaseRow(job=job, lease=LeaseFence(token, job.fence), expires_at=expires_at)
 
     def _job_lease_renew(self, params: JobLeaseRenewParams) -> JobLeaseStatus | None:

@@ -17,7 +17,6 @@ from typing import Any
 
 from django.db import OperationalError
 
-from django_hopper.engine.decode import refuse_undecodable_lease
 from django_hopper.engine.params import (
     JobClaimByIDParams,
     JobExpireLeasesParams,
@@ -69,10 +68,7 @@ class LeasesMixin(SQLiteSupport):
         if row is None:
             return status
         job = job_from_row(row)
-        if job.decode_error is not None:
-            token = uuid.UUID(row[COL.lease_token])
-            raise refuse_undecodable_lease(self, job, token, params.now)
-        if job.batch_id is not None:
+        if job.batch_id is not None and job.decode_error is None:
             job = attach_dependencies(self, [job])[0]
         expires_at = from_db_time(row[COL.lease_expires_at])
         return JobLeaseRow(
