@@ -768,7 +768,9 @@ class Suite:
                 with transaction.atomic():
                     jobs = engine.job_claim(claim_params)
                     results = [
-                        JobFinalize(id=j.id, attempted_by=0, fence=j.fence, state="completed")
+                        JobFinalize(
+                            id=j.id, attempted_by=j.attempted_by, fence=j.fence, state="completed"
+                        )
                         for j in jobs.jobs
                     ]
                     params = JobFinalizeParams(jobs=results, no_batches=True)
