@@ -25,11 +25,12 @@ from django_hopper.admin.common import (
     admin_url,
     audit,
     read_stats,
+    request_alias,
     row_extra_or_read,
     seconds_text,
     time_column,
 )
-from django_hopper.admin.filters import PausedFilter
+from django_hopper.admin.filters import DatabaseFilter, PausedFilter
 from django_hopper.admin.overview import overview_view
 from django_hopper.exceptions import HopperError, InvalidJob
 from django_hopper.models import (
@@ -158,10 +159,21 @@ class QueueAdmin(FieldsetsViewAdmin):
         "limits_link",
         "updated",
     )
-    list_filter = (PausedFilter,)
+    list_filter = (DatabaseFilter, PausedFilter)
     search_fields = ("name",)
     ordering = ("name",)
     actions = ("pause_queues", "resume_queues", "set_limits")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        """Read the queues of the alias the request names (``?database=``), else DATABASE's.
+
+        The actions and the limits form act on each queue's own alias
+        (:mod:`django_hopper.queues`), whichever list they come from.
+        """
+        queryset = super().get_queryset(request)
+        alias = request_alias(request)
+        return queryset if alias is None else queryset.using(alias)
+
     fieldsets = (
         (None, {"fields": ("name", "paused", "paused_since", "created", "updated")}),
         ("Depths", {"fields": ("depths",)}),

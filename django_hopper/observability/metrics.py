@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from django_hopper import __version__, queues
+from django_hopper import __version__, queues, topology
 from django_hopper.conf import hopper_settings
 from django_hopper.engine import get_engine
 from django_hopper.observability import Sink, add_sink
@@ -129,8 +129,8 @@ class QueueDepth:
 
     def _query(self) -> Stats | None:
 
-        engine = get_engine()
-        opened = connections[engine.alias].connection is None
+        aliases = [get_engine(alias).alias for alias in topology.aliases()]
+        opened = [alias for alias in aliases if connections[alias].connection is None]
         try:
             self.queries += 1
             return queues.stats()
@@ -138,8 +138,9 @@ class QueueDepth:
             logger.warning("reading queue depths for metrics failed", exc_info=True)
             return None
         finally:
-            if opened and not connections[engine.alias].in_atomic_block:
-                connections[engine.alias].close()
+            for alias in opened:  # every alias stats() read: one query each
+                if not connections[alias].in_atomic_block:
+                    connections[alias].close()
 
 
 depth = QueueDepth()

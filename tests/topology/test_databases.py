@@ -233,6 +233,28 @@ def test_stats__reads_each_queues_depth_on_its_alias(alias: str):
 
 
 @pytest.mark.parametrize("alias", SECOND)
+def test_metrics_depth__a_scrape_reads_every_alias_and_closes_what_it_opened(alias: str):
+    import threading
+
+    from django_hopper.observability.metrics import QueueDepth
+
+    with placed(alias):
+        jobs.add.using(queue="busy").enqueue(1, 2)
+        seen: dict[str, Any] = {}
+
+        def scrape() -> None:  # as the Prometheus server does: a thread of its own
+            stats = QueueDepth(max_age=0).read()
+            seen["busy"] = stats.queues["busy"].available if stats else None
+            seen["open"] = [a for a in ALL if connections[a].connection is not None]
+
+        thread = threading.Thread(target=scrape)
+        thread.start()
+        thread.join()
+
+        assert seen == {"busy": 1, "open": []}
+
+
+@pytest.mark.parametrize("alias", SECOND)
 def test_admin__lists_each_alias_by_its_database_choice(alias: str, admin_client: Any):
     with placed(alias):
         busy = jobs.add.using(queue="busy").enqueue(1, 2)
@@ -268,6 +290,24 @@ def test_admin__job_page_and_actions_act_on_the_jobs_alias(alias: str, admin_cli
         act = reverse("admin:django_hopper_job_act", args=[other.id])
         admin_client.post(act, {"verb": "cancel"})
         assert get_engine(alias).job_get(other.id).state == "canceled"
+
+
+@pytest.mark.parametrize("alias", SECOND)
+def test_admin_queues__lists_and_resumes_a_placed_queue_on_its_alias(alias: str, admin_client: Any):
+    with placed(alias):
+        queues.pause_queue("busy")  # its row is on its alias
+        url = reverse("admin:django_hopper_queue_changelist")
+
+        assert ">busy<" not in admin_client.get(url).content.decode()
+        assert ">busy<" in admin_client.get(url, {"database": alias}).content.decode()
+        admin_client.post(
+            f"{url}?database={alias}",
+            {"action": "resume_queues", "_selected_action": ["busy"]},
+            follow=True,
+        )
+
+        (row,) = [q for q in get_engine(alias).queue_list() if q.name == "busy"]
+        assert row.paused_at is None
 
 
 @pytest.mark.parametrize("alias", SECOND)
