@@ -10,8 +10,9 @@ errors on both engines.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from django_hopper.exceptions import (
@@ -65,6 +66,12 @@ def last_stored(rows: Sequence[JobRow]) -> dict[JobID, JobRow]:
     """Return each job as last stored: its live row, else its newest history row."""
     ordered = sorted(rows, key=lambda j: (j.finalized_at is None, j.finalized_at or _EARLIEST))
     return {job.id: job for job in ordered}
+
+
+def ended_by_delete(deleted: Iterable[JobRow]) -> list[JobRow]:
+    """Return the deleted jobs that were waiting, as their batches and workflows
+    count them: canceled, as a cancel would have ended them."""
+    return [dataclasses.replace(j, state=JobState.CANCELED) for j in deleted if j.is_live]
 
 
 def many_result(

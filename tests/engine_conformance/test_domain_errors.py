@@ -34,10 +34,12 @@ from django_hopper.engine.params import (
     JobStepRecordParams,
     JobStepsClearParams,
     StreamSeekParams,
+    SubjectEraseParams,
     WorkflowInsertParams,
 )
 from django_hopper.exceptions import (
     HopperError,
+    JobErased,
     JobFenced,
     JobNotClaimable,
     JobRunning,
@@ -89,58 +91,38 @@ def _claim_by_id(engine: BaseEngine, id: Any, now: dt.datetime, fence: int = 0) 
     return engine.job_claim_by_id(JobClaimByIDParams(id=id, fence=fence, ttl=TTL, now=now))
 
 
-def cancel_unknown(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
-    i = new_id()
-    return (
-        lambda: engine.job_cancel(JobCancelParams(id=i, now=now)),
-        NotFound,
-        f"job {i} does not exist",
-    )
+def _unknown(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
+    return new_id()
 
 
-def retry_unknown(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
-    i = new_id()
-    return (
-        lambda: engine.job_retry(JobRetryParams(id=i, now=now)),
-        NotFound,
-        f"job {i} does not exist",
-    )
+def _running(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
+    return running(engine, client_id, now).id
 
 
-def delete_unknown(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
-    i = new_id()
-    return (
-        lambda: engine.job_delete(JobDeleteParams(id=i, now=now)),
-        NotFound,
-        f"job {i} does not exist",
-    )
+def _erased(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
+    job = running(engine, client_id, now, subject="person-1")
+    finalize(engine, now, result(job, "discarded"))
+    engine.subject_erase(SubjectEraseParams(subject="person-1", now=now))
+    return job.id
 
 
-def retry_running(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
-    i = running(engine, client_id, now).id
-    return (
-        lambda: engine.job_retry(JobRetryParams(id=i, now=now)),
-        JobRunning,
-        f"job {i} is running; cancel it first",
-    )
+#: The one-job operator methods, each called on a job ID.
+ONE_JOB: dict[str, Callable[[BaseEngine, Any, dt.datetime], Any]] = {
+    "cancel": lambda e, i, now: e.job_cancel(JobCancelParams(id=i, now=now)),
+    "retry": lambda e, i, now: e.job_retry(JobRetryParams(id=i, now=now)),
+    "delete": lambda e, i, now: e.job_delete(JobDeleteParams(id=i, now=now)),
+}
 
 
-def delete_running(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
-    i = running(engine, client_id, now).id
-    return (
-        lambda: engine.job_delete(JobDeleteParams(id=i, now=now)),
-        JobRunning,
-        f"job {i} is running; cancel it first",
-    )
+def one_job(method: str, make: Callable[..., Any], kind: type[HopperError], words: str) -> Case:
+    """The case of a one-job operator method refusing the job ``make`` sets up."""
 
+    def case(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
+        i = make(engine, now, client_id)
+        return lambda: ONE_JOB[method](engine, i, now), kind, words.format(id=i)
 
-def retry_held_key(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
-    i = _held_key(engine, now, client_id)
-    return (
-        lambda: engine.job_retry(JobRetryParams(id=i, now=now)),
-        UniqueConflict,
-        f"job {i} cannot be retried: a live job holds its unique key",
-    )
+    case.__name__ = f"{method}{make.__name__}"
+    return case
 
 
 def step_get_stale(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
@@ -252,12 +234,23 @@ def consumer_pump_unknown(engine: BaseEngine, now: dt.datetime, client_id: int) 
 
 
 CASES: list[Case] = [
-    cancel_unknown,
-    retry_unknown,
-    delete_unknown,
-    retry_running,
-    delete_running,
-    retry_held_key,
+    one_job("cancel", _unknown, NotFound, "job {id} does not exist"),
+    one_job("retry", _unknown, NotFound, "job {id} does not exist"),
+    one_job("delete", _unknown, NotFound, "job {id} does not exist"),
+    one_job("retry", _running, JobRunning, "job {id} is running; cancel it first"),
+    one_job("delete", _running, JobRunning, "job {id} is running; cancel it first"),
+    one_job(
+        "retry",
+        _held_key,
+        UniqueConflict,
+        "job {id} cannot be retried: a live job holds its unique key",
+    ),
+    one_job(
+        "retry",
+        _erased,
+        JobErased,
+        "job {id} was erased: its arguments are gone, it cannot run",
+    ),
     step_get_stale,
     step_record_stale,
     steps_clear_stale,

@@ -8,10 +8,9 @@ reports into outcomes, errors and notifications.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
-from django_hopper.engine.outcomes import OperatorRows, last_stored
+from django_hopper.engine.outcomes import OperatorRows, ended_by_delete, last_stored
 from django_hopper.engine.params import (
     JobCancelManyParams,
     JobDeleteManyParams,
@@ -69,9 +68,7 @@ class OperatorMixin(PostgresSupport):
         with db_errors(), self._atomic():
             rows = self._fetchall("job_delete_many", {"ids": list(params.ids)})
             deleted = last_stored([job_from_row(r) for r in rows])
-            # Deleted while waiting: counted as canceled, as a cancel would.
-            waiting = [j for j in deleted.values() if j.is_live]
-            jobs_finished(self, [dataclasses.replace(j, state=JobState.CANCELED) for j in waiting])
+            jobs_finished(self, ended_by_delete(deleted.values()))
             where = self._where([i for i in params.ids if i not in deleted])
         running = {i: JobOutcome.RUNNING for i, s in where.items() if s == JobState.RUNNING}
         return OperatorRows(list(deleted.values()), running)

@@ -9,14 +9,13 @@ errors and notifications.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from django_hopper.engine.outcomes import OperatorRows, last_stored
+from django_hopper.engine.outcomes import OperatorRows, ended_by_delete, last_stored
 from django_hopper.engine.params import (
     JobCancelManyParams,
     JobDeleteManyParams,
@@ -101,9 +100,7 @@ class OperatorMixin(SQLiteSupport):
             if deleted:
                 c.execute(Q["job_delete_many.logs"], {"ids": _json_ids(list(deleted))})
                 c.execute(Q["job_delete_many.steps"], {"ids": _json_ids(list(deleted))})
-            # Deleted while waiting: counted as canceled, as a cancel would.
-            canceled = [dataclasses.replace(j, state=JobState.CANCELED) for j in waiting]
-            jobs_finished(self, c, finished_of(canceled), None)
+            jobs_finished(self, c, finished_of(ended_by_delete(deleted.values())), None)
             left = self._rows(c, [i for i in params.ids if i not in deleted])
         running = {i: JobOutcome.RUNNING for i in left}
         return OperatorRows(list(deleted.values()), running)
