@@ -52,6 +52,8 @@ try:
 
     #: The parent of a trace's first span: an empty context.
     _ROOT = otel_context.Context()
+    #: What an unrecorded attempt keeps while it runs (nothing to end).
+    _UNSAMPLED = trace.INVALID_SPAN
 except ImportError:  # pragma: no cover - the extra is not installed
     trace = None  # type: ignore[assignment]
 
@@ -84,6 +86,31 @@ def _drops_unsampled_parents(provider: Any) -> bool:
     )
     result = sampler.should_sample(trace.set_span_in_context(probe), trace_id=1, name="probe")
     return result.decision is Decision.DROP
+
+
+def _stored_parent(carrier: dict[str, Any]) -> Any:
+    """Return the span context of a carrier that is a bare W3C ``traceparent``, else None.
+
+    What hopper's enqueue span stores with the default propagators; parsed
+    here directly (the propagator's regular expression and baggage pass cost
+    every attempt). Anything else (a ``tracestate``, baggage, another
+    propagator's fields) is left to ``propagate.extract``.
+    """
+    parent = carrier.get("traceparent")
+    if len(carrier) != 1 or not isinstance(parent, str) or len(parent) != 55:
+        return None
+    if parent[:3] != "00-" or parent[35] != "-" or parent[52] != "-":
+        return None
+    try:
+        context = SpanContext(
+            trace_id=int(parent[3:35], 16),
+            span_id=int(parent[36:52], 16),
+            is_remote=True,
+            trace_flags=TraceFlags(int(parent[53:55], 16)),
+        )
+    except ValueError:
+        return None
+    return context if context.is_valid else None
 
 
 def _ns(at: dt.datetime | None, ceiling: int) -> int:
@@ -171,14 +198,22 @@ class TracingSink(Sink):
         """Open the attempt's span (from its claim), current in the attempt's thread."""
         metadata = job.metadata if isinstance(job.metadata, dict) else {}
         carrier = metadata.get(METADATA_KEY)
-        if isinstance(carrier, dict) and self._skips(carrier):
-            # Unsampled, and the sampler would drop the attempt: make the
-            # stored context current as it is, without asking the SDK.
-            self._unsampled(job, carrier["traceparent"])
-            return
-        # A job enqueued without a trace starts one (an explicit empty parent:
-        # never whatever an earlier attempt left current in this thread).
-        parent = propagate.extract(carrier) if isinstance(carrier, dict) else _ROOT
+        stored = _stored_parent(carrier) if isinstance(carrier, dict) else None
+        if stored is not None:
+            remote = trace.set_span_in_context(NonRecordingSpan(stored), _ROOT)
+            if not stored.trace_flags.sampled and self._drops_unsampled():
+                # Unsampled, and the sampler would drop the attempt: make the
+                # stored context current as it is, without asking the SDK.
+                otel_context.attach(remote)
+                self._running[(job.id, job.fence)] = (_UNSAMPLED, threading.get_ident())
+                return
+            parent = remote
+        elif isinstance(carrier, dict):  # another propagator's fields, a tracestate, baggage
+            parent = propagate.extract(carrier)
+        else:
+            # A job enqueued without a trace starts one (an explicit empty parent:
+            # never whatever an earlier attempt left current in this thread).
+            parent = _ROOT
         now = time.time_ns()
         span = self.tracer.start_span(
             f"run {job.kind}",
@@ -199,8 +234,8 @@ class TracingSink(Sink):
             # context is still made current, so that what the job traces
             # (queries, HTTP calls, jobs it enqueues) follows the decision.
             if span.get_span_context().is_valid:
-                otel_context.attach(trace.set_span_in_context(span))
-                self._running[(job.id, job.fence)] = (span, threading.get_ident())
+                otel_context.attach(trace.set_span_in_context(span, parent))
+                self._running[(job.id, job.fence)] = (_UNSAMPLED, threading.get_ident())
             return
         span.add_event("started", timestamp=now)
         # Made current by setting the context, not attach/detach with a token:
@@ -208,47 +243,22 @@ class TracingSink(Sink):
         # timeout ends it from the main thread; an async job's signals run in
         # copies of its task's context), where a token cannot be reset. The
         # next attempt of the thread, or the end of this one, replaces it.
-        otel_context.attach(trace.set_span_in_context(span))
+        otel_context.attach(trace.set_span_in_context(span, parent))
         self._running[(job.id, job.fence)] = (span, threading.get_ident())
 
-    def _skips(self, carrier: dict[str, Any]) -> bool:
-        """Return whether the attempt of a job enqueued in ``carrier``'s trace goes unrecorded.
+    def _drops_unsampled(self) -> bool:
+        """Return whether the provider's sampler drops every child of an unsampled remote parent.
 
-        True when the carrier is a bare W3C ``traceparent`` whose sampled flag
-        is off and the provider's sampler is parent-based with the default
-        for an unsampled remote parent (drop): the SDK would make a
-        non-recording span, so none of its work is needed. Anything else
-        (a ``tracestate`` or baggage to restore, another sampler) takes the
-        SDK's path.
+        True for the SDK's ``ParentBased`` with its default for such a parent:
+        the SDK would make a non-recording span, so none of its work is
+        needed. Asked once per provider.
         """
-        parent = carrier.get("traceparent")
-        if (
-            len(carrier) != 1
-            or not isinstance(parent, str)
-            or len(parent) != 55
-            or int(parent[53:55], 16) & 1
-        ):
-            return False
         provider = self._provider or trace.get_tracer_provider()
         asked, drops = self._drops
         if asked is not provider:
             drops = _drops_unsampled_parents(provider)
             self._drops = (provider, drops)
         return drops
-
-    def _unsampled(self, job: JobRow, parent: str) -> None:
-        try:
-            context = SpanContext(
-                trace_id=int(parent[3:35], 16),
-                span_id=int(parent[36:52], 16),
-                is_remote=True,
-                trace_flags=TraceFlags(int(parent[53:55], 16)),
-            )
-        except ValueError:
-            return
-        span = NonRecordingSpan(context)
-        otel_context.attach(trace.set_span_in_context(span))
-        self._running[(job.id, job.fence)] = (span, threading.get_ident())
 
     def finished(
         self, job: JobRow, state: str, error: BaseException | str | None, duration: float | None
