@@ -71,6 +71,7 @@ from django_hopper.exceptions import (
     JobLocked,
     NotFound,
 )
+from django_hopper.runs import ProgressNotResumable, read_progress
 from django_hopper.types import FINAL_STATES, JobState, LeaseFence
 from django_hopper.worker.completer import settle_finished
 from django_hopper.worker.execution import canceled, completed, failed, snoozed
@@ -112,6 +113,20 @@ def _job_function(kind: str) -> JobFunction[Any, Any] | None:
     """Return the job function of ``kind`` if this process registered it (for its
     archive option); importing job modules is a worker's business, not a request's."""
     return job_registry.registry.get(kind)
+
+
+def _is_resumable_run(job: JobRow) -> bool:
+    """Return whether ``job`` is a resumable run: a kind registered here as one, or
+    progress that is a committed pass's (a request rarely imports job modules)."""
+    if job.kind in job_registry.resumable():
+        return True
+    if job.progress is None:
+        return False
+    try:
+        read_progress(job.progress)
+    except ProgressNotResumable:
+        return False
+    return True
 
 
 class JobLease:
@@ -188,6 +203,13 @@ class JobLease:
         transaction holds the job's row.
         """
         name = validation.progress_step(step, keep_step)
+        if _is_resumable_run(self.job):
+            raise InvalidJob(
+                f"job {self.id} is a resumable run: its progress is the cursor its passes "
+                "commit, and recording progress would overwrite where the run resumes "
+                "(drive its passes with drive() instead)",
+                field="progress",
+            )
         progress = self._engine.job_record_progress(
             JobRecordProgressParams(
                 id=self.id,

@@ -404,6 +404,25 @@ def test_lease__record_progress_takes_a_step_or_keep_step_never_both_nor_neither
     assert get(tx_engine, job).progress == stored
 
 
+def test_lease__record_progress_refuses_a_job_whose_progress_is_a_resumable_runs_cursor(
+    tx_engine: BaseEngine,
+) -> None:
+    job = enqueue()
+    first = hopper.claim_job(job.id)
+    first.record_progress("pass", "a step named pass is a plain step")  # not a run's shape
+    committed = {"cursor": 7, "counters": {"pages": 7}, "passes": 7}
+    first.record_progress("pass", committed)  # what a run's committed pass stores
+    first.release()
+    lease = hopper.claim_job(job.id)  # a request that never imported the run's module
+
+    with pytest.raises(InvalidJob, match="resumable run") as refused:
+        lease.record_progress("page", 8)
+
+    assert refused.value.field == "progress"
+    stored = get(tx_engine, job).progress
+    assert stored is not None and (stored.step, stored.cursor) == ("pass", committed)
+
+
 # -- announcements and the read-then-claim race -----------------------------------
 
 

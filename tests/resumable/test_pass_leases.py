@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
+import django_hopper as hopper
 from django_hopper.context import AttemptSettled, JobContext, JobSnooze
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import (
@@ -19,7 +20,7 @@ from django_hopper.engine.params import (
     JobFinalizeParams,
     JobPassTakeoverParams,
 )
-from django_hopper.exceptions import InvalidJob
+from django_hopper.exceptions import InvalidJob, JobFenced
 from django_hopper.jobs import resolve
 from django_hopper.maintenance.services import Rescuer
 from django_hopper.runs import (
@@ -176,6 +177,35 @@ def test_worker_pass__a_hung_pass_is_taken_over_by_the_next_claim_once_its_lease
     done = handle.refresh()
     assert done.state == JobState.COMPLETED
     assert [e.rescue for e in done.errors] == [RescueReason.LEASE_EXPIRED]
+
+
+def test_job_lease_on_a_run__unbegun_at_expiry_is_taken_over_as_a_miss_and_its_holder_fenced(
+    engine: BaseEngine, client_id: int
+) -> None:
+    handle = paged.start(n=1, instance="leased")
+    # A request takes the run by ID with the public job lease and never begins a pass.
+    lease = hopper.claim_job(handle.id, lease=1)
+    later = lease.expires_at + SECOND
+    with pytest.raises(InvalidJob, match="resumable run") as refused:
+        lease.record_progress("page", 3)  # would overwrite where the run resumes
+    assert refused.value.field == "progress" and handle.refresh().progress is None
+    producer = Producer(
+        "pl", 1, engine=engine, control=None, start_job=None,  # type: ignore[arg-type]
+        poll_interval=1.0, claim_debounce=0.0,
+    )  # fmt: skip
+
+    assert producer.take_over(0.0, db_now=later) == 1
+
+    # No pass ran under that lease: an admission miss, no attempt charged, no grace.
+    job = handle.refresh()
+    assert (job.state, job.attempt, job.errors) == (JobState.SCHEDULED, 0, [])
+    assert job.snooze_reason is not None and "admission miss 1/10" in job.snooze_reason
+    with pytest.raises(JobFenced):
+        lease.complete({"late": True})
+    assert worker_pass(engine, client_id, "pl", now=later + HOUR) == "done"
+    done = handle.refresh()
+    assert (done.state, done.attempt, done.errors) == (JobState.COMPLETED, 1, [])
+    assert done.output == {"cursor": None, "counters": {"items": 1}}
 
 
 # -- admission misses ---------------------------------------------------------------
