@@ -82,6 +82,7 @@ IDLE_WAIT = (
     "Event.wait",
     "_worker (concurrent",
     "Thread.join",
+    "_wait_for_tstate_lock",
     "sleep",
     "SimpleQueue.get",
     "Queue.get",
