@@ -23,7 +23,7 @@ os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
 
 
 def main() -> None:
-    """Print CPU µs per job of each set-up, and the extra over off."""
+    """Print CPU µs per job of each set-up, and its extra over off in the same round."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
@@ -89,10 +89,14 @@ def main() -> None:
                 worker.shutdown()
                 for s in added:
                     observability.remove_sink(s)
-    off = statistics.median(results["off"])
+    # Each round's set-ups run back to back: the extra over off of the same
+    # round is the figure (the machine's load moves between rounds).
     for name, values in results.items():
-        cpu = statistics.median(values)
-        print(f"{name:42} {cpu:8.1f} µs CPU per job (+{cpu - off:.1f})")
+        extra = [v - off for v, off in zip(values, results["off"], strict=True)]
+        print(
+            f"{name:42} {statistics.median(values):8.1f} µs CPU per job, extra over off "
+            f"{statistics.median(extra):+.1f} (rounds {min(extra):+.0f} .. {max(extra):+.0f})"
+        )
 
 
 if __name__ == "__main__":
