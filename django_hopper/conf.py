@@ -73,7 +73,7 @@ DEFAULTS: dict[str, Any] = {
     "ADMISSION_MISS_MAX": 10,
     # Modules imported by the worker so that their @job functions register.
     "IMPORTS": [],
-    # Periodic jobs declared in settings (issue 6).
+    # Periodic jobs declared in settings.
     "PERIODIC": [],
     # PostgreSQL: run the hot statements (insert, claim, finalize) as server-side
     # prepared statements, planned once per connection. Set False behind

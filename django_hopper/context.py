@@ -110,7 +110,7 @@ class JobContext:
         """Return True once the attempt learned that it no longer owns the job."""
         return self._lost
 
-    # -- workflow dependencies (issue 5) --------------------------------------
+    # -- workflow dependencies --------------------------------------
 
     @property
     def dependencies(self) -> list[Dependency]:

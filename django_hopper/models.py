@@ -61,7 +61,7 @@ class JobBase(models.Model):
     batch_id = models.UUIDField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
-    # The seed's JobInsertParams.Await: announce the finalize on the done channel.
+    # Await: announce the finalize on the done channel.
     awaited = models.BooleanField(default=False)
     created_at = models.DateTimeField()
     snooze_reason = models.TextField(null=True, blank=True)
@@ -266,7 +266,7 @@ class Erasure(models.Model):
 
 
 class JobLog(models.Model):
-    """One attempt's log lines (seed ``AttemptLog``), kept apart from the hot job row."""
+    """One attempt's log lines, kept apart from the hot job row."""
 
     id = models.BigAutoField(primary_key=True)
     job_id = models.UUIDField()
@@ -488,7 +488,7 @@ class PeriodicRegistration(models.Model):
 
 
 class JobStep(models.Model):
-    """The step ledger of a resumable job's current pass (seed 004).
+    """The step ledger of a resumable job's current pass.
 
     A row is written as each named step completes; ``result`` not null is what
     means completed (a step returning nothing stores JSON ``null`` inside the

@@ -1,4 +1,4 @@
-"""Resumable long jobs: a run walked in passes, with memoized steps (seed 004).
+"""Resumable long jobs: a run walked in passes, with memoized steps.
 
 A *run* is one job. Its function is a *pass*: it is called with a :class:`Run`
 and the job's arguments, does a bounded chunk of work from ``run.cursor``, and

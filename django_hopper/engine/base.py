@@ -1,8 +1,7 @@
 """The engine contract: what every database engine implements.
 
 This is hopper's internal API between the layers above (api, runtime,
-maintenance) and the SQL below. It follows the seed contract
-(``shared/seeds/000_*.txt``) method by method, named entity first as River
+maintenance) and the SQL below, method by method, named entity first as River
 names them (``job_claim``, ``job_finalize_many``, ``leader_attempt``), with one
 frozen params dataclass per method and row dataclasses coming back.
 
@@ -166,7 +165,7 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True, frozen=True)
 class EngineFeatures:
-    """What an engine can do (seed ``Capabilities``). Branch on these, never on vendor."""
+    """What an engine can do. Branch on these, never on vendor."""
 
     #: job_insert_copy is implemented (COPY on Postgres).
     supports_copy: bool = False
@@ -835,7 +834,7 @@ class BaseEngine(ABC):
         return row
 
     def stats(self, now: dt.datetime | None = None) -> Stats:
-        """Return queue depths and cluster state (seed ``Stats``)."""
+        """Return queue depths and cluster state."""
         return self._stats(now)
 
     # == batches ===============================================================

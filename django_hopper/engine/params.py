@@ -762,7 +762,7 @@ class JobStepsClearParams:
     lease_token: JobID | None = None
     #: Also set the running job's attempt to 1, so that the snooze which ends a
     #: committed pass gives it back to 0: attempts then count consecutive failed
-    #: passes (seed 004: a committed pass clears the attempts).
+    #: passes (a committed pass clears the attempts).
     reset_attempt: bool = False
     now: dt.datetime | None = None
 

@@ -1,4 +1,4 @@
-"""Batch methods of the PostgreSQL engine (issue 5); SQL in ``queries/batches.sql``."""
+"""Batch methods of the PostgreSQL engine; SQL in ``queries/batches.sql``."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ T = TypeVar("T")
 _FOR_UPDATE = re.compile(r"FOR UPDATE(?: OF \w+)?")
 
 #: How long settling or promoting named jobs waits for a row another
-#: transaction holds (seed: "waiting briefly ... one it cannot get is left for
-#: the sweep"). Settles and promotions hold their rows for milliseconds; a
+#: transaction holds: it waits briefly, and a row it cannot get is left for
+#: the sweep. Settles and promotions hold their rows for milliseconds; a
 #: longer hold is a caller's transaction (a cancel inside a long atomic()),
 #: which must not stall the workers finishing sibling jobs.
 BRIEF_LOCK_TIMEOUT = "100ms"

@@ -84,7 +84,7 @@ def client_from_row(r: Sequence[Any]) -> ClientRow:
 
 
 def queue_from_row(r: Sequence[Any]) -> QueueRow:
-    """Build a QueueRow; a NULL limit is no limit (zero), as the seed has it."""
+    """Build a QueueRow; a NULL limit is no limit (zero)."""
     limits = QueueLimits(
         name=r[0],
         global_limit=r[3] or 0,

@@ -1,5 +1,5 @@
 """History retention and partitions, history indexes and live-table upkeep on
-PostgreSQL (issue 6, seed ``HistoryMaintain``, ``HistoryIndex``, ``JobsMaintain``).
+PostgreSQL (``history_maintain``, ``history_index``, ``jobs_maintain``).
 
 Design (docs/periodic-and-retention.md says it for operators):
 
@@ -525,4 +525,4 @@ class PostgresHistoryMixin(PostgresSupport):
 
 
 class PostgresPeriodicHistoryMixin(PostgresPeriodicMixin, PostgresHistoryMixin):
-    """Everything issue 6 adds to the PostgreSQL engine, to list before its base class."""
+    """History and live-table upkeep of the PostgreSQL engine, to list before its base class."""

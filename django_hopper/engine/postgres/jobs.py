@@ -363,7 +363,7 @@ class JobsMixin(PostgresSupport):
             "has_dropped": any(f.state == JobState.COMPLETED and not f.archive for f in results),
             "trim_logs": keep_logs > 0 and any(f.log is not None for f in results),
             "keep_logs": keep_logs,
-            # Batch and workflow bookkeeping (issue 5); skipped when no job has a batch.
+            # Batch and workflow bookkeeping; skipped when no job has a batch.
             "batches": not params.no_batches,
             "insert_channel": CHANNEL_INSERT,
         }

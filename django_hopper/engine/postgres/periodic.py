@@ -1,4 +1,4 @@
-"""Periodic slots and registrations on PostgreSQL (issue 6, seed ``Periodic*``).
+"""Periodic slots and registrations on PostgreSQL.
 
 A slot is recorded with a conditional upsert of ``hopper_periodic_slot``
 (``ON CONFLICT ... DO UPDATE ... WHERE last_slot < slot``) before the job is

@@ -10,7 +10,7 @@ from django_hopper.types import QueueStats, Stats
 
 
 class StatsMixin(PostgresSupport):
-    """The seed's Stats: queue depths and cluster state, read in one transaction."""
+    """Queue depths and cluster state, read in one transaction."""
 
     def _stats(self, now: dt.datetime | None = None) -> Stats:
         """Read per-queue depths, then the clients, the leader and running per client."""

@@ -1,5 +1,6 @@
-"""The step ledger of resumable jobs, PostgreSQL (seed 004's beginStep,
-recordStep and the ledger half of commitPass), fenced to hopper's claim."""
+"""The step ledger of resumable jobs, PostgreSQL: read a step at its boundary,
+record a step's try and clear the ledger when a pass commits, each fenced to
+the claim."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Workflow methods of the PostgreSQL engine (issue 5); SQL in ``queries/workflows.sql``.
+"""Workflow methods of the PostgreSQL engine; SQL in ``queries/workflows.sql``.
 
 The statement that finalizes a job records its batch progress and dependency
 result and promotes the dependents it can see are ready; two dependencies

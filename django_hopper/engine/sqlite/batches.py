@@ -1,4 +1,4 @@
-"""Batch methods of the SQLite engine (issue 5); SQL in ``queries/batches.sql``."""
+"""Batch methods of the SQLite engine; SQL in ``queries/batches.sql``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""History retention and upkeep on SQLite (issue 6, seed ``HistoryMaintain``,
-``HistoryIndex``, ``JobsMaintain``).
+"""History retention and upkeep on SQLite (``history_maintain``, ``history_index``,
+``jobs_maintain``).
 
 History is one table. Retention deletes the jobs past their own retention
 (and their attempt logs) in chunks of ``chunk_size``, each chunk its own short
@@ -114,8 +114,8 @@ class SQLiteHistoryMixin(SQLiteSupport):
         """Let SQLite refresh stale statistics (``PRAGMA optimize``), never waiting long.
 
         SQLite reuses the pages of deleted rows, so the live table needs no
-        vacuum; it reports zero values either way, as the seed says engines
-        without such maintenance do. A writer holding the lock makes it skip.
+        vacuum; it reports zero values either way, as engines without such
+        maintenance do. A writer holding the lock makes it skip.
         """
         result = JobsMaintainResult()
         with self._cursor() as cursor, self._short_lock_wait(cursor, "jobs_maintain"):
@@ -128,4 +128,4 @@ class SQLiteHistoryMixin(SQLiteSupport):
 
 
 class SQLitePeriodicHistoryMixin(SQLitePeriodicMixin, SQLiteHistoryMixin):
-    """Everything issue 6 adds to the SQLite engine, to list before its base class."""
+    """History and live-table upkeep of the SQLite engine, to list before its base class."""

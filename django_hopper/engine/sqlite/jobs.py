@@ -347,7 +347,7 @@ class JobsMixin(SQLiteSupport):
         logs: list[list[Any]] = []
         dropped: list[str] = []
         done: list[str] = []
-        finished: list[list[Any]] = []  # batch and workflow jobs (issue 5)
+        finished: list[list[Any]] = []  # batch and workflow jobs
         for job_id, fence, attempt, awaited, batch_id, step in gone:
             key = (job_id, fence)
             applied.add(key)

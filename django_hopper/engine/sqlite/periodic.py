@@ -1,4 +1,4 @@
-"""Periodic slots and registrations on SQLite (issue 6, seed ``Periodic*``).
+"""Periodic slots and registrations on SQLite.
 
 SQLite has one writer at a time, so the transaction that records a slot and
 inserts its job holds off every other leader until it commits; the slot's

@@ -10,7 +10,7 @@ from django_hopper.types import QueueStats, Stats
 
 
 class StatsMixin(SQLiteSupport):
-    """The seed's Stats: queue depths and cluster state, read in one transaction."""
+    """Queue depths and cluster state, read in one transaction."""
 
     @translate_errors
     def _stats(self, now: dt.datetime | None = None) -> Stats:

@@ -1,5 +1,5 @@
-"""The step ledger of resumable jobs, SQLite (seed 004's beginStep, recordStep
-and the ledger half of commitPass), fenced to hopper's claim.
+"""The step ledger of resumable jobs, SQLite: read a step at its boundary, record
+a step's try and clear the ledger when a pass commits, each fenced to the claim.
 
 Each operation runs its claim test and its write in one IMMEDIATE transaction,
 so no other writer can take the job between them.

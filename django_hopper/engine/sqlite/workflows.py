@@ -1,4 +1,4 @@
-"""Workflow methods of the SQLite engine (issue 5); SQL in ``queries/workflows.sql``.
+"""Workflow methods of the SQLite engine; SQL in ``queries/workflows.sql``.
 
 SQLite runs one writer at a time, so the transaction that finalizes a job also
 records its batch progress and dependency result, promotes or fails its

@@ -1,4 +1,4 @@
--- Batch queries of the PostgreSQL engine (issue 5).
+-- Batch queries of the PostgreSQL engine.
 --
 -- Statements that finalize jobs never touch hopper_batch (that would serialize
 -- them on the batch row): they append hopper_batch_progress rows, which

@@ -1,4 +1,4 @@
--- History retention and partitions, history indexes, live-table upkeep (issue 6).
+-- History retention and partitions, history indexes, live-table upkeep.
 --
 -- History is range-partitioned by finalized_at into days named
 -- hopper_job_history_pYYYYMMDD (UTC), with a DEFAULT partition for rows no day

@@ -499,7 +499,7 @@ done AS (
     FROM gone g
     WHERE g.awaited
 ),
--- Batches and workflows (issue 5), dropped by the planner when %(batches)s is
+-- Batches and workflows, dropped by the planner when %(batches)s is
 -- false (JobFinalizeParams.no_batches): the batch's progress is appended, never
 -- written to the batch row; a job with dependents leaves its final state (and,
 -- for a reading dependent, its output); pending dependents whose dependencies

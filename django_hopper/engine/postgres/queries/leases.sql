@@ -14,7 +14,7 @@ SELECT j.id FROM hopper_job j WHERE j.id = %(id)s::uuid FOR UPDATE/*IF NO_WAIT*/
 
 -- name: job_claim_by_id
 -- The claim and its refusal in one statement: `status` names the first rule
--- that applies, in the seed's order (not_found, finished, fenced, running,
+-- that applies, in this order (not_found, finished, fenced, running,
 -- not_claimable), or `claimed` with the job as claimed. Claimable: waiting
 -- (whatever its schedule), TTL not passed, queue not paused, and the head of
 -- its ordering key (no job of the key running, none older and not pending).

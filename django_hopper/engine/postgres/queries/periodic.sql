@@ -1,4 +1,4 @@
--- Periodic slots and registrations (issue 6).
+-- Periodic slots and registrations.
 
 -- name: periodic_insert
 -- Record the slot only if it is later than the recorded one. Of two leaders,

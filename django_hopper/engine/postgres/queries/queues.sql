@@ -1,4 +1,4 @@
--- Queue controls of the PostgreSQL engine (issue 4): the limited claim's queue
+-- Queue controls of the PostgreSQL engine: the limited claim's queue
 -- row, ordering keys, aging, pause, resume and limits.
 
 -- name: job_claim.lock

@@ -1,4 +1,4 @@
--- Stats of the PostgreSQL engine (issue 4).
+-- Stats of the PostgreSQL engine.
 
 -- name: stats
 -- Per queue: depths by state, the oldest claimable job's age, completions in

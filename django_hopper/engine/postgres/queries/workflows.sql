@@ -1,4 +1,4 @@
--- Workflow queries of the PostgreSQL engine (issue 5).
+-- Workflow queries of the PostgreSQL engine.
 --
 -- A workflow is a batch (hopper_batch.is_workflow) whose jobs carry its ID as
 -- batch_id, a step name, and edges in hopper_job_dependency. A finalized job

@@ -1,4 +1,4 @@
--- Batch queries of the SQLite engine (issue 5).
+-- Batch queries of the SQLite engine.
 --
 -- SQLite runs one writer at a time, so the transaction that finalizes a batch's
 -- last job folds its progress and completes it with no other to race it; the

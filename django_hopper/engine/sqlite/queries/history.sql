@@ -1,4 +1,4 @@
--- History retention and upkeep on SQLite (issue 6). History is one table:
+-- History retention and upkeep on SQLite. History is one table:
 -- retention deletes in bounded chunks, each its own short write transaction.
 
 -- name: history_maintain

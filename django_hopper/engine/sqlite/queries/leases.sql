@@ -40,7 +40,8 @@ WHERE id = %(id)s
 RETURNING {job_columns};
 
 -- name: job_claim_by_id.status
--- Why the claim refused, the first rule that applies in the seed's order.
+-- Why the claim refused: the first rule that applies, in the order not_found,
+-- finished, fenced, running, not_claimable.
 SELECT CASE WHEN j.id IS NULL
             THEN CASE WHEN EXISTS (SELECT 1 FROM hopper_job_history AS h WHERE h.id = %(id)s)
                       THEN 'finished' ELSE 'not_found' END

@@ -1,4 +1,4 @@
--- Periodic slots and registrations on SQLite (issue 6). Same conventions as
+-- Periodic slots and registrations on SQLite. Same conventions as
 -- jobs.sql: %(name)s parameters, times as fixed-width UTC text.
 
 -- name: periodic_insert

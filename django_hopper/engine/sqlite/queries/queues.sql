@@ -1,4 +1,4 @@
--- Queue controls of the SQLite engine (issue 4). Times are fixed-width UTC text;
+-- Queue controls of the SQLite engine. Times are fixed-width UTC text;
 -- aging is a DurationField, stored as microseconds.
 
 -- name: job_claim.lock

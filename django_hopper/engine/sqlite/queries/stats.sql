@@ -1,4 +1,4 @@
--- Stats of the SQLite engine (issue 4).
+-- Stats of the SQLite engine.
 
 -- name: stats
 -- Per queue: depths by state, the oldest claimable job's schedule, completions in

@@ -1,4 +1,4 @@
--- Workflow queries of the SQLite engine (issue 5). See the PostgreSQL engine's
+-- Workflow queries of the SQLite engine. See the PostgreSQL engine's
 -- workflows.sql for the model; here every step of an operation is its own
 -- statement inside one transaction, which the single writer makes atomic.
 
