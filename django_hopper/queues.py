@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from django_hopper import topology, validation
 from django_hopper.engine import get_engine
 from django_hopper.engine.limits import validate_limits
-from django_hopper.engine.params import JobRetryOrderingKeyParams
+from django_hopper.engine.params import JobRetryOrderingKeyParams, StatsBoundedParams
 from django_hopper.exceptions import InvalidJob
 from django_hopper.types import QueueLimits
 
@@ -149,8 +149,14 @@ def retry_ordering_key(queue: str, key: str, *, limit: int = 1000) -> int:
     )
 
 
-def stats() -> Stats:
+def stats(limit: int | None = None) -> Stats:
     """Return per-queue depths and the cluster's state (clients, leader, running).
+
+    With ``limit``, each count of a queue's jobs in a state stops at that
+    many (``QueueStats.capped`` names the states that reached it), so the
+    read costs the same however many jobs are live: for pages reloaded
+    every few seconds. Without, every count is exact and the read is
+    proportional to the live jobs: for metrics.
 
     With queues on several aliases: each queue's depths from its own alias,
     the live clients of every alias summed; the leader and the running jobs
@@ -158,9 +164,16 @@ def stats() -> Stats:
     per database). One query per alias.
     """
     aliases = topology.aliases()
-    merged = get_engine(aliases[0]).stats()
+
+    def read(alias: str) -> Stats:
+        engine = get_engine(alias)
+        if limit is None:
+            return engine.stats()
+        return engine.stats_bounded(StatsBoundedParams(limit=limit))
+
+    merged = read(aliases[0])
     for alias in aliases[1:]:
-        other = get_engine(alias).stats()
+        other = read(alias)
         for name, depth in other.queues.items():
             if name not in merged.queues or topology.queue_alias(name) == alias:
                 merged.queues[name] = depth

@@ -560,6 +560,9 @@ class QueueStats:
     oldest_available: dt.timedelta = dt.timedelta(0)
     completed_last_minute: int = 0
     paused: bool = False
+    #: The states whose count reached the read's limit (``stats_bounded`` only):
+    #: the count shown is that limit, and the true number is at least that.
+    capped: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

@@ -72,9 +72,10 @@ def test_queue_changelist__shows_live_depths_from_one_stats_read(
     calls: list[int] = []
     real_stats = queues.stats
 
-    def counting_stats() -> Any:
+    def counting_stats(limit: int | None = None) -> Any:
         calls.append(1)
-        return real_stats()
+        assert limit is not None  # the page's read is the bounded one
+        return real_stats(limit=limit)
 
     monkeypatch.setattr(queues, "stats", counting_stats)
     body = admin_client.get(reverse("admin:django_hopper_queue_changelist")).content.decode()

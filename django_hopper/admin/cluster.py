@@ -11,11 +11,11 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_hopper import queues
 from django_hopper.admin.common import (
     ROW_EXTRA,
     ReadOnlyAdmin,
     admin_url,
+    bounded_stats,
     client_link,
     pretty,
     read_stats,
@@ -72,7 +72,7 @@ class ClientAdmin(LeaseAdmin):
             setattr(client, ROW_EXTRA, stats)
 
     def _cluster(self, obj: Client) -> Stats:
-        stats: Stats = row_extra_or_read(obj, queues.stats)
+        stats: Stats = row_extra_or_read(obj, bounded_stats)
         return stats
 
     @admin.display(boolean=True, description="leader")

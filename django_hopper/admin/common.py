@@ -24,10 +24,15 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import is_aware, localtime
 
 from django_hopper import queues, topology
-from django_hopper.admin.pagination import COUNT_VAR, EstimatedCountPaginator, HopperChangeList
+from django_hopper.admin.pagination import (
+    COUNT_VAR,
+    EstimatedCountPaginator,
+    HopperChangeList,
+    planner_estimate,
+)
 from django_hopper.exceptions import HopperError
 from django_hopper.models import Job, JobHistory
-from django_hopper.types import FINAL_STATES, Stats
+from django_hopper.types import FINAL_STATES, QueueStats, Stats
 
 EMPTY = "-"
 
@@ -176,13 +181,41 @@ def seconds_text(value: dt.timedelta | float | None) -> str:
     return f"{seconds:g}s"
 
 
+#: On the overview, queues and clients pages, each queue's count of jobs in a
+#: state is exact up to this many; above, an estimate (see ``depth_text``).
+DEPTH_LIMIT = 1_000
+
+
+def bounded_stats() -> Stats:
+    """Read the cluster's stats with each depth counted up to ``DEPTH_LIMIT``: a page
+    reloaded every few seconds costs the same whatever the number of live jobs."""
+    return queues.stats(limit=DEPTH_LIMIT)
+
+
 def read_stats(model_admin: admin.ModelAdmin, request: HttpRequest) -> Stats:
     """Read the cluster's stats once for a page; on failure say so and show no depths."""
     try:
-        return queues.stats()
+        return bounded_stats()
     except (HopperError, NotImplementedError) as exc:
         model_admin.message_user(request, f"Stats unavailable: {exc}", messages.WARNING)
         return Stats()
+
+
+def depth_text(queue: str, depths: QueueStats, state: str) -> str:
+    """Show a queue's count of jobs in a state: exact, or marked as not.
+
+    A count that stopped at the limit shows PostgreSQL's planner estimate
+    (``about 20,000``: one ``EXPLAIN``, from the table statistics) when
+    that is above the limit, else the floor (``1,000+``).
+    """
+    count: int = getattr(depths, state)
+    if state not in depths.capped:
+        return str(count)
+    alias = topology.queue_alias(queue)
+    estimate = planner_estimate(Job.objects.using(alias).filter(queue=queue, state=state))
+    if estimate is not None and estimate > count:
+        return f"about {estimate:,}"
+    return f"{count:,}+"
 
 
 #: How many refusals an action's message spells out (the rest are counted).

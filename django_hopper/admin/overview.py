@@ -1,9 +1,11 @@
 """The overview page: every queue at a glance, the last hour charted, the clients and the leader.
 
-It reads the cluster's stats once (the engine's depth counts), the last
-hour of history once (grouped by queue, minute and state, served by the
-``finalized_at`` index), and the small queues and clients tables: its cost
-follows the live jobs and the last hour's finishes, never the history's size.
+It reads the cluster's stats once (the engine's bounded depth counts:
+``stats_bounded``, each queue's count of a state exact up to
+``common.DEPTH_LIMIT``, then estimated), the last hour of history once (grouped by
+queue, minute and state, served by the ``finalized_at`` index), and the
+small queues and clients tables: its cost follows the number of queues and
+the last hour's finishes, never the number of live jobs or the history's size.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.safestring import SafeString
 
-from django_hopper.admin.common import admin_url, read_stats, seconds_text, time_text
+from django_hopper.admin import common
+from django_hopper.admin.common import (
+    admin_url,
+    depth_text,
+    read_stats,
+    seconds_text,
+    time_text,
+)
 from django_hopper.admin.graph import bar_chart
 from django_hopper.engine import get_engine
 from django_hopper.models import Client, JobHistory, Queue
@@ -59,6 +68,14 @@ class QueueLine:
     def chart(self) -> SafeString:
         label = f"{self.name}: {self.completed_total} completed, {self.failed_total} failed"
         return bar_chart(self.completed, self.failed, width=122, label=label + " in the last hour")
+
+    @property
+    def counts(self) -> dict[str, str]:
+        """Each state's count as shown: exact, ``about N`` or ``N+`` (see ``depth_text``)."""
+        return {
+            state: depth_text(self.name, self.depths, state)
+            for state in ("available", "scheduled", "retryable", "running")
+        }
 
     @property
     def oldest(self) -> str:
@@ -180,6 +197,7 @@ def overview_context(model_admin: admin.ModelAdmin, request: HttpRequest) -> dic
         "leader": stats.leader,
         "now": time_text(now),
         "window_minutes": int(WINDOW / BUCKET),
+        "depth_limit": common.DEPTH_LIMIT,
     }
 
 

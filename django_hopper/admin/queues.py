@@ -24,6 +24,8 @@ from django_hopper.admin.common import (
     Outcomes,
     admin_url,
     audit,
+    bounded_stats,
+    depth_text,
     read_stats,
     request_alias,
     row_extra_or_read,
@@ -217,7 +219,7 @@ class QueueAdmin(FieldsetsViewAdmin):
     def _depths(self, obj: Queue) -> QueueStats:
         """Return the depths attached by the changelist, or read them (the detail page)."""
         depths: QueueStats = row_extra_or_read(
-            obj, lambda: queues.stats().queues.get(obj.name, QueueStats())
+            obj, lambda: bounded_stats().queues.get(obj.name, QueueStats())
         )
         return depths
 
@@ -230,27 +232,29 @@ class QueueAdmin(FieldsetsViewAdmin):
         return obj.paused_at is not None
 
     @admin.display(description="available")
-    def available(self, obj: Queue) -> int:
-        return self._depths(obj).available
+    def available(self, obj: Queue) -> str:
+        return depth_text(obj.name, self._depths(obj), "available")
 
     @admin.display(description="scheduled")
-    def scheduled(self, obj: Queue) -> int:
-        return self._depths(obj).scheduled
+    def scheduled(self, obj: Queue) -> str:
+        return depth_text(obj.name, self._depths(obj), "scheduled")
 
     @admin.display(description="retryable")
-    def retryable(self, obj: Queue) -> int:
-        return self._depths(obj).retryable
+    def retryable(self, obj: Queue) -> str:
+        return depth_text(obj.name, self._depths(obj), "retryable")
 
     @admin.display(description="running")
-    def running(self, obj: Queue) -> int:
-        return self._depths(obj).running
+    def running(self, obj: Queue) -> str:
+        return depth_text(obj.name, self._depths(obj), "running")
 
     @admin.display(description="depths")
     def depths(self, obj: Queue) -> str:
         d = self._depths(obj)
+        count = {s: depth_text(obj.name, d, s) for s in ("available", "scheduled", "retryable")}
         return (
-            f"available {d.available}, scheduled {d.scheduled}, retryable {d.retryable}, "
-            f"running {d.running}; oldest available waited "
+            f"available {count['available']}, scheduled {count['scheduled']}, "
+            f"retryable {count['retryable']}, running {depth_text(obj.name, d, 'running')}; "
+            "oldest available waited "
             f"{seconds_text(d.oldest_available)}; completed in the last minute "
             f"{d.completed_last_minute}"
         )

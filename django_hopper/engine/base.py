@@ -100,6 +100,7 @@ from django_hopper.engine.params import (
     RouteDeleteResult,
     SchemaLockParams,
     SchemaState,
+    StatsBoundedParams,
     StreamAppendParams,
     StreamConsumerDeleteParams,
     StreamConsumerLagParams,
@@ -837,6 +838,30 @@ class BaseEngine(ABC):
         """Return queue depths and cluster state."""
         return self._stats(now)
 
+    def stats_bounded(self, params: StatsBoundedParams) -> Stats:
+        """Return what ``stats`` returns, at a cost that does not grow with the live jobs.
+
+        Each queue's count of a state stops at ``params.limit``; a count that
+        reached it is the limit and names its state in ``QueueStats.capped``
+        (the true number is at least that). The queues, the oldest waiting
+        job and the cluster are read exactly, each from the first entries of
+        an index. For pages an operator reloads; ``stats`` stays the exact
+        read that metrics take.
+        """
+        checks.stats_bounded(params)
+        # One entry past the limit tells a count that stopped from an exact one.
+        out = self._stats_bounded(params.limit + 1, params.now)
+        for depths in out.queues.values():
+            capped = tuple(
+                state
+                for state in ("available", "scheduled", "retryable", "running")
+                if getattr(depths, state) > params.limit
+            )
+            for state in capped:
+                setattr(depths, state, params.limit)
+            depths.capped = capped
+        return out
+
     # == batches ===============================================================
 
     def batch_insert(self, params: BatchInsertParams) -> JobID:
@@ -1444,6 +1469,9 @@ class BaseEngine(ABC):
 
     @abstractmethod
     def _stats(self, now: dt.datetime | None = None) -> Stats: ...
+
+    @abstractmethod
+    def _stats_bounded(self, window: int, now: dt.datetime | None = None) -> Stats: ...
 
     # -- batches
 

@@ -31,6 +31,7 @@ from django_hopper.engine.params import (
     JobRecordProgressParams,
     PeriodicRunNowParams,
     SchemaLockParams,
+    StatsBoundedParams,
     StreamConsumerDeleteParams,
     StreamConsumerLagParams,
     SubscriptionDeleteParams,
@@ -367,6 +368,12 @@ def route_delete(params: SubscriptionDeleteParams | StreamConsumerDeleteParams) 
     """Check a subscription or consumer delete."""
     flag(params.cancel_pending, "cancel_pending")
     return route_control(params)
+
+
+def stats_bounded(params: StatsBoundedParams) -> None:
+    """Check a bounded stats read: a positive limit and the clock."""
+    positive_limit(params.limit)
+    now(params.now)
 
 
 def consumer_lag(params: StreamConsumerLagParams) -> None:

@@ -882,6 +882,15 @@ class StreamConsumerDeleteParams:
 
 
 @dataclass(slots=True, frozen=True)
+class StatsBoundedParams:
+    """Read queue depths at a cost bounded by ``limit``, whatever the live jobs."""
+
+    #: Count each queue's jobs in a state up to this many (beyond: ``capped``).
+    limit: int = 1000
+    now: dt.datetime | None = None
+
+
+@dataclass(slots=True, frozen=True)
 class StreamConsumerLagParams:
     #: The consumers to measure; empty: every consumer.
     names: tuple[str, ...] = ()

@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_hopper import api, queues
+from django_hopper.admin import common
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import ClientRegisterParams, LeaderParams
 from tests.test_admin import completed_job, discarded_job
@@ -107,3 +108,47 @@ def test_periodic_registrations__show_the_next_run_of_the_schedule(
     ).content.decode()
     expected = (now() + dt.timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
     assert localtime(expected).strftime("%Y-%m-%d %H:%M:%S") in body
+
+
+def _capped_page(client: HttpClient, url: str) -> tuple[str, int]:
+    """Load a page; on PostgreSQL analyze first, so that the planner has statistics."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE hopper_job")
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url)
+    assert response.status_code == 200
+    return response.content.decode(), len(captured.captured_queries)
+
+
+def test_overview__a_depth_past_the_limit_is_marked_estimated_at_a_constant_query_count(
+    admin_client: HttpClient, engine: BaseEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(common, "DEPTH_LIMIT", 3)
+    engine.queue_ensure(["default", "emails"])
+    testjobs.add.enqueue_many([((i, i), {}) for i in range(5)])
+    testjobs.send_email.enqueue("x@example.com")
+
+    body, few = _capped_page(admin_client, reverse(URL))
+    # Past the limit: PostgreSQL's estimate, or the floor where there is none.
+    shown = "about 5" if connection.vendor == "postgresql" else "3+"
+    assert f'state=available">{shown}</a>' in body
+    assert 'queue=emails&amp;state=available">1</a>' in body
+    assert "exact up to 3" in body
+
+    testjobs.add.enqueue_many([((i, i), {}) for i in range(40)])
+    body, more = _capped_page(admin_client, reverse(URL))
+    assert more == few
+    if connection.vendor != "postgresql":
+        assert 'state=available">3+</a>' in body
+
+
+def test_queues_list__marks_a_depth_past_the_limit(
+    admin_client: HttpClient, engine: BaseEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(common, "DEPTH_LIMIT", 3)
+    engine.queue_ensure(["default"])
+    testjobs.add.enqueue_many([((i, i), {}) for i in range(5)])
+    body, _ = _capped_page(admin_client, reverse("admin:django_hopper_queue_changelist"))
+    shown = "about 5" if connection.vendor == "postgresql" else "3+"
+    assert f'<td class="field-available">{shown}</td>' in body

@@ -14,9 +14,17 @@ class StatsMixin(PostgresSupport):
 
     def _stats(self, now: dt.datetime | None = None) -> Stats:
         """Read per-queue depths, then the clients, the leader and running per client."""
+        return self._read_stats("stats", {"now": now})
+
+    def _stats_bounded(self, window: int, now: dt.datetime | None = None) -> Stats:
+        """Read per-queue depths counted up to ``window`` each, then the cluster."""
+        return self._read_stats("stats_bounded", {"now": now, "window": window})
+
+    def _read_stats(self, name: str, args: dict[str, object]) -> Stats:
+        """Run one depths statement and the cluster read in one transaction."""
         with db_errors(), self._atomic():
-            queues = self._fetchall("stats", {"now": now})
-            cluster = self._fetchone("stats.cluster", {"now": now})
+            queues = self._fetchall(name, args)
+            cluster = self._fetchone("stats.cluster", {"now": args["now"]})
         out = Stats()
         for r in queues:
             out.queues[r[0]] = QueueStats(

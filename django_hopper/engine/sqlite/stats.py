@@ -12,13 +12,21 @@ from django_hopper.types import QueueStats, Stats
 class StatsMixin(SQLiteSupport):
     """Queue depths and cluster state, read in one transaction."""
 
-    @translate_errors
     def _stats(self, now: dt.datetime | None = None) -> Stats:
         """Read per-queue depths, then the clients, the leader and running per client."""
+        return self._read_stats("stats", now, {})
+
+    def _stats_bounded(self, window: int, now: dt.datetime | None = None) -> Stats:
+        """Read per-queue depths counted up to ``window`` each, then the cluster."""
+        return self._read_stats("stats_bounded", now, {"window": window})
+
+    @translate_errors
+    def _read_stats(self, name: str, now: dt.datetime | None, extra: dict[str, object]) -> Stats:
+        """Run one depths statement and the cluster reads in one transaction."""
         at, now_s = self._now(now)
-        args = {"now": now_s, "minute_ago": db_time(at - dt.timedelta(minutes=1))}
+        args = {"now": now_s, "minute_ago": db_time(at - dt.timedelta(minutes=1)), **extra}
         with self._atomic(), self._cursor() as c:
-            c.execute(Q["stats"], args)
+            c.execute(Q[name], args)
             queues = c.fetchall()
             c.execute(Q["stats.clients"], args)
             clients = c.fetchone()
