@@ -33,8 +33,15 @@ from django_hopper.engine.params import (
     JobStepGetParams,
     JobStepRecordParams,
     JobStepsClearParams,
+    StreamConsumerDeleteParams,
+    StreamConsumerPauseParams,
+    StreamConsumerResetParams,
+    StreamConsumerResumeParams,
     StreamSeekParams,
     SubjectEraseParams,
+    SubscriptionDeleteParams,
+    SubscriptionPauseParams,
+    SubscriptionResumeParams,
     WorkflowInsertParams,
 )
 from django_hopper.exceptions import (
@@ -217,20 +224,44 @@ def claim_by_id_undecodable(engine: BaseEngine, now: dt.datetime, client_id: int
     )
 
 
-def consumer_seek_unknown(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
-    return (
-        lambda: engine.stream_consumer_seek("nobody", StreamSeekParams(latest=True)),
-        NotFound,
-        "no stream consumer is named 'nobody'",
-    )
+#: The methods that name a subscription or a stream consumer, called with a name.
+BY_NAME: dict[str, Callable[[BaseEngine, str, dt.datetime], Any]] = {
+    "subscription_pause": lambda e, n, now: e.subscription_pause(
+        SubscriptionPauseParams(name=n, now=now)
+    ),
+    "subscription_resume": lambda e, n, now: e.subscription_resume(
+        SubscriptionResumeParams(name=n, now=now)
+    ),
+    "subscription_delete": lambda e, n, now: e.subscription_delete(
+        SubscriptionDeleteParams(name=n, now=now)
+    ),
+    "consumer_pause": lambda e, n, now: e.stream_consumer_pause(
+        StreamConsumerPauseParams(name=n, now=now)
+    ),
+    "consumer_resume": lambda e, n, now: e.stream_consumer_resume(
+        StreamConsumerResumeParams(name=n, now=now)
+    ),
+    "consumer_reset": lambda e, n, now: e.stream_consumer_reset(
+        StreamConsumerResetParams(name=n, now=now)
+    ),
+    "consumer_delete": lambda e, n, now: e.stream_consumer_delete(
+        StreamConsumerDeleteParams(name=n, now=now)
+    ),
+    "consumer_seek": lambda e, n, now: e.stream_consumer_seek(n, StreamSeekParams(latest=True)),
+    "consumer_pump": lambda e, n, now: e.stream_pump(n, 10, now),
+}
 
 
-def consumer_pump_unknown(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
-    return (
-        lambda: engine.stream_pump("nobody", 10, now),
-        NotFound,
-        "no stream consumer is named 'nobody'",
-    )
+def unknown_name(method: str) -> Case:
+    """The case of a method naming a subscription or consumer that does not exist."""
+    what = "subscription" if method.startswith("subscription") else "stream consumer"
+
+    def case(engine: BaseEngine, now: dt.datetime, client_id: int) -> Any:
+        call = BY_NAME[method]
+        return lambda: call(engine, "nobody", now), NotFound, f"no {what} is named 'nobody'"
+
+    case.__name__ = f"{method}_unknown"
+    return case
 
 
 CASES: list[Case] = [
@@ -261,8 +292,7 @@ CASES: list[Case] = [
     claim_by_id_running,
     claim_by_id_paused,
     claim_by_id_undecodable,
-    consumer_seek_unknown,
-    consumer_pump_unknown,
+    *(unknown_name(method) for method in BY_NAME),
 ]
 
 

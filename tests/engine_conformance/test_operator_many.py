@@ -191,3 +191,18 @@ def test_cancel_and_delete_many__count_waiting_batch_jobs_as_failed(
     batch = engine.batch_get(batch_id)
     assert batch is not None
     assert (batch.pending, batch.failed) == (0, 3) and batch.completed_at is not None
+
+
+def test_many__returns_the_changed_jobs_in_request_order(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    jobs = [insert(engine, db_now).id for _ in range(4)]
+    order = [jobs[2], jobs[0], jobs[3], jobs[1]]
+
+    retried = engine.job_retry_many(JobRetryManyParams(ids=order, now=db_now))
+    canceled = engine.job_cancel_many(JobCancelManyParams(ids=order, now=db_now))
+    deleted = engine.job_delete_many(JobDeleteManyParams(ids=order, now=db_now))
+
+    assert [j.id for j in retried.jobs] == order
+    assert [j.id for j in canceled.jobs] == order
+    assert [j.id for j in deleted.jobs] == order
