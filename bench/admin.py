@@ -203,6 +203,21 @@ def run(args: argparse.Namespace) -> None:
             f"{db_ms:7.1f}{flag}"
         )
 
+    # The engine reads behind the overview: exact stats (for metrics), bounded (the pages).
+    from django_hopper import queues
+
+    for name, read in (
+        ("engine stats(), exact", lambda: queues.stats()),
+        ("engine stats(limit=1000)", lambda: queues.stats(limit=1000)),
+    ):
+        read()
+        runs = []
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            read()
+            runs.append((time.perf_counter() - start) * 1000)
+        print(f"{name:32} {statistics.median(runs):10.1f} {max(runs):8.1f}")
+
     first = (
         Job.objects.filter(kind="bench.cancel_me").order_by("id").values_list("id", flat=True)[0]
     )

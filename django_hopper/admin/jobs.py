@@ -25,6 +25,7 @@ from django_hopper.admin.common import (
     FieldsetsViewAdmin,
     Outcomes,
     admin_url,
+    client_link,
     find_job,
     job_link,
     job_refs,
@@ -39,6 +40,8 @@ from django_hopper.admin.common import (
 )
 from django_hopper.admin.decoded import DecodedChangeList, decoded_row
 from django_hopper.admin.filters import DatabaseFilter, KindFilter, QueueFilter, StateFilter
+from django_hopper.conf import hopper_settings
+from django_hopper.engine import get_engine
 from django_hopper.exceptions import HopperError
 from django_hopper.jobs import registry
 from django_hopper.models import (
@@ -52,6 +55,7 @@ from django_hopper.types import (
     LIVE_STATES,
     AttemptError,
     JobManyResult,
+    JobState,
     Progress,
 )
 
@@ -108,7 +112,7 @@ class JobAdminBase(FieldsetsViewAdmin):
             },
         ),
         ("Input", {"fields": ("args_pretty", "metadata_pretty", "tags", "keys")}),
-        ("Run", {"fields": ("attempted_by", "fence", "snooze_reason", "progress_pretty")}),
+        ("Run", {"fields": ("held_by", "fence", "snooze_reason", "progress_pretty")}),
         ("Errors and logs", {"fields": ("errors_pretty", "logs_pretty")}),
     )
 
@@ -169,6 +173,13 @@ class JobAdminBase(FieldsetsViewAdmin):
         if isinstance(obj, Job | JobHistory) and self._decode_error(obj):
             fieldsets.insert(
                 0, ("Stored values that do not decode", {"fields": ("decode_error_text",)})
+            )
+        if isinstance(obj, Job) and (
+            obj.lease_expires_at or obj.lease_began_at or obj.admission_misses
+        ):
+            run = next(i for i, (title, _) in enumerate(fieldsets) if title == "Run")
+            fieldsets.insert(
+                run + 1, ("Lease", {"fields": ("lease_text", "pass_text", "admission_text")})
             )
         if isinstance(obj, Job | JobHistory) and (obj.batch_id or obj.step):
             fieldsets.insert(
@@ -368,6 +379,62 @@ class JobAdminBase(FieldsetsViewAdmin):
             ((log.attempt, " (snoozed)" if log.snoozed else "", log.log) for log in logs),
         )
 
+    @admin.display(description="held by")
+    def held_by(self, obj: Job | JobHistory) -> SafeString | str:
+        """Say who runs the job: a worker's client, or a job lease (a claim by ID, no client)."""
+        if obj.attempted_by is not None:
+            return client_link(obj.attempted_by)
+        if isinstance(obj, Job) and obj.state == JobState.RUNNING and obj.lease_expires_at:
+            return "a job lease (claimed by ID: a request, command or cron holds it, no worker)"
+        return EMPTY
+
+    def _database_now(self, obj: Job) -> dt.datetime:
+        """Return the database's time, once per page: leases expire by it, not by this clock."""
+        now: dt.datetime | None = getattr(obj, "_hopper_now", None)
+        if now is None:
+            now = get_engine(_alias_of(obj)).now()
+            obj._hopper_now = now  # type: ignore[attr-defined]
+        return now
+
+    @admin.display(description="lease")
+    def lease_text(self, obj: Job) -> str:
+        """Show until when the job's lease holds (by database time), and its last renewal."""
+        if obj.lease_expires_at is None:
+            return EMPTY
+        now = self._database_now(obj)
+        left = round((obj.lease_expires_at - now).total_seconds())
+        if left >= 0:
+            until = f"until {time_text(obj.lease_expires_at)} (in {left}s)"
+        else:
+            until = (
+                f"expired at {time_text(obj.lease_expires_at)} ({-left}s ago): the leader's "
+                "lease expiry ends the attempt"
+            )
+        holder = "worker's pass" if obj.attempted_by is not None else "job lease"
+        renewed = f", renewed at {time_text(obj.lease_renewed_at)}" if obj.lease_renewed_at else ""
+        return f"{holder} {until}{renewed}"
+
+    @admin.display(description="pass")
+    def pass_text(self, obj: Job) -> str:
+        """Say whether the resumable run's current pass BEGAN (only then is it charged)."""
+        if obj.lease_began_at is not None:
+            return f"began at {time_text(obj.lease_began_at)}"
+        if obj.state == JobState.RUNNING:
+            return "not begun: claimed, not yet committed to running a pass"
+        return EMPTY
+
+    @admin.display(description="admission misses")
+    def admission_text(self, obj: Job) -> str:
+        """Count the run's consecutive claims that did not begin their pass, against the bound."""
+        misses = obj.admission_misses or 0
+        if not misses:
+            return "none"
+        bound = int(hopper_settings.ADMISSION_MISS_MAX)
+        return (
+            f"{misses} of {bound}: consecutive claims that did not begin their pass "
+            f"(at {bound} the run is discarded; the snooze reason says why)"
+        )
+
     @admin.display(description="timeline")
     def timeline(self, obj: Job | JobHistory) -> SafeString:
         """Show the job's life: enqueued, each attempt's end, the current attempt, the finish.
@@ -383,7 +450,12 @@ class JobAdminBase(FieldsetsViewAdmin):
             what = f"attempt {e.attempt} ended: {e.rescue or 'failed'}"
             events.append((e.at, 2, what, e.error.splitlines()[0] if e.error else ""))
         if obj.attempted_at is not None:
-            by = f"by client {obj.attempted_by}" if obj.attempted_by else ""
+            if obj.attempted_by is not None:
+                by = f"by client {obj.attempted_by}"
+            elif isinstance(obj, Job) and obj.state == JobState.RUNNING and obj.lease_expires_at:
+                by = "by a job lease"
+            else:
+                by = ""
             wait = obj.attempted_at - obj.scheduled_at
             waited = f", {seconds_text(wait)} after its scheduled time" if wait.days >= 0 else ""
             started = f"attempt {obj.attempt} started"

@@ -100,3 +100,80 @@ def test_job_page__says_a_job_was_erased_and_shows_none_of_its_data(
     assert page.status_code == 200
     assert "erased at " in body and "(erase_subject)" in body
     assert "ada@example.com" not in body and "user:42" not in body
+
+
+def _job_page(client: HttpClient, job_id: Any) -> str:
+    response = client.get(reverse("admin:django_hopper_job_change", args=[job_id]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_job_page__a_job_held_by_a_job_lease_says_so_and_until_when(
+    admin_client: HttpClient,
+) -> None:
+    import datetime as dt
+
+    from django_hopper.job_leases import claim_job
+
+    job_id = testjobs.add.enqueue(1, 2).id
+    claim_job(job_id, lease=120)
+    body = _job_page(admin_client, job_id)
+    assert "a job lease (claimed by ID" in body
+    assert "job lease until" in body and "(in 1" in body  # about 120 s left
+    assert "by a job lease" in body  # the timeline's attempt
+    assert "Admission misses" in body and "none" in body
+
+    # Past its expiry by database time, the page says the lease expired.
+    row = Job.objects.get(id=job_id)
+    Job.objects.filter(id=job_id).update(
+        lease_expires_at=row.lease_expires_at - dt.timedelta(seconds=600)
+    )
+    body = _job_page(admin_client, job_id)
+    assert "expired at" in body and "s ago): the leader" in body
+
+
+def test_job_page__shows_a_pass_lease_began_and_its_admission_misses(
+    admin_client: HttpClient,
+) -> None:
+    import datetime as dt
+
+    from django_hopper.engine import get_engine
+    from django_hopper.engine.params import (
+        ClientRegisterParams,
+        JobClaimParams,
+        JobPassBeginParams,
+        JobPassMissParams,
+    )
+
+    engine = get_engine()
+    worker = engine.client_register(ClientRegisterParams(hostname="w", ttl=dt.timedelta(1)))
+    minute = dt.timedelta(minutes=1)
+    job_id = testjobs.add.enqueue(1, 2).id
+
+    def claimed() -> Any:
+        (job,) = engine.job_claim(JobClaimParams(queue="default", client_id=worker, limit=1)).jobs
+        return job
+
+    job = claimed()
+    missed = JobPassMissParams(
+        id=job_id, attempted_by=worker, fence=job.fence, max_misses=10, reason="too late"
+    )
+    engine.job_pass_miss(missed)
+    Job.objects.filter(id=job_id).update(
+        state="available", scheduled_at=engine.now(), snooze_reason=None
+    )
+    body = _job_page(admin_client, job_id)
+    assert "1 of 10: consecutive claims that did not begin their pass" in body
+
+    job = claimed()
+    body = _job_page(admin_client, job_id)
+    assert "not begun: claimed" in body
+    begin = JobPassBeginParams(
+        id=job_id, attempted_by=worker, fence=job.fence, ttl=5 * minute, margin=minute
+    )
+    assert engine.job_pass_begin(begin) is not None
+    body = _job_page(admin_client, job_id)
+    assert f'href="/admin/django_hopper/client/{worker}/change/"' in body
+    assert "worker&#x27;s pass until" in body
+    assert "began at" in body
+    assert "Admission misses" in body and "none" in body
