@@ -6,6 +6,7 @@ races on unique keys with history, error translation and the listener.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from django_hopper.engine.params import (
     JobRecordProgressParams,
     JobRetryParams,
 )
-from django_hopper.engine.postgres.support import raw_query
+from django_hopper.engine.postgres.support import QUERIES, raw_query
 from django_hopper.exceptions import (
     DatabaseError,
     DatabaseUnavailable,
@@ -155,6 +156,48 @@ def test_claim__unlimited_claim_settles_on_a_generic_plan(
     generic, custom = rows[0]
     assert generic >= 1
     assert custom <= 5
+
+
+@pytest.mark.parametrize("name", ["job_finalize_many", "job_finalize_many.completed"])
+def test_finalize__probes_the_primary_key_whatever_the_number_running(
+    engine: BaseEngine, db_now: dt.datetime, name: str
+) -> None:
+    """A finalize of a few results must not walk every running job of the cluster,
+    even when the statistics were taken while nothing ran."""
+    engine.job_insert_copy(
+        [JobInsertParams(kind="tests.plan", queue="idle") for _ in range(3000)],
+        JobInsertOpts(now=db_now),
+    )
+    for _ in range(200):
+        insert(engine, db_now, kind="tests.plan", queue="many")
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE hopper_job")  # nothing runs yet
+    client_id = register(engine, db_now)
+    claimed = claim(engine, client_id, db_now, queue="many", limit=200)
+    assert len(claimed) == 200
+    text, names = raw_query(QUERIES[name])
+    given = {
+        "id": f"ARRAY['{claimed[0].id}']::uuid[]",
+        "attempted_by": f"ARRAY[{int(client_id)}]::int8[]",
+        "fence": f"ARRAY[{int(claimed[0].fence)}]::int8[]",
+    }
+    placeholders = ", ".join(given.get(n, "NULL") for n in names)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute("PREPARE fin AS " + text.decode().replace("%", "%%"))
+        cursor.execute(f"EXPLAIN (ANALYZE, COSTS OFF) EXECUTE fin({placeholders})")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("DEALLOCATE fin")
+        transaction.set_rollback(True)
+    lines = plan.splitlines()
+    walks = [
+        line
+        for line, cond in itertools.pairwise(lines)
+        if "hopper_job_state" in line and "running" in cond
+    ]
+    assert walks == []  # no range scan over the running jobs
+    assert "Seq Scan on hopper_job " not in plan
+    assert "rows=200" not in plan
 
 
 # -- locks inside the caller's transaction ------------------------------------

@@ -415,7 +415,12 @@ locked AS (
            i.state = 'completed' AND NOT i.archive AS dropped
     FROM hopper_job j
     JOIN input i ON j.id = i.id
-    WHERE j.state = 'running'
+    -- A primary-key probe per result (`id = ANY`), never a walk of every running
+    -- job of the cluster: `coalesce` keeps the state test off the index
+    -- hopper_job_state, which the planner prefers when its statistics saw few
+    -- running jobs (the state is never NULL).
+    WHERE j.id = ANY (ARRAY(SELECT x.id FROM input x))
+      AND coalesce(j.state, '') = 'running'
       AND j.fence = i.fence
       AND CASE WHEN i.lease_token IS NULL
                THEN j.lease_token IS NULL AND j.attempted_by = i.attempted_by
@@ -567,7 +572,9 @@ locked AS (
     SELECT j.id, j.fence, i.ord, i.output
     FROM hopper_job j
     JOIN input i ON j.id = i.id
-    WHERE j.state = 'running' AND j.fence = i.fence
+    -- A primary-key probe per result, whatever the number running (see job_finalize_many).
+    WHERE j.id = ANY (ARRAY(SELECT x.id FROM input x))
+      AND coalesce(j.state, '') = 'running' AND j.fence = i.fence
       AND j.lease_token IS NULL AND j.attempted_by = i.attempted_by
     ORDER BY j.id
     FOR UPDATE OF j/*IF SKIP_LOCKED*/ SKIP LOCKED/*END*/
