@@ -376,6 +376,10 @@ class Execution:
                     self._done.set()
             return self._done
 
+    def code_running(self) -> bool:
+        """Return whether the code of the attempt still runs (it may hold the job's row)."""
+        return not self.returned
+
     def mark_returned(self) -> None:
         """Record that the code of the attempt has returned (and wake whoever waits)."""
         with self.lock:
