@@ -224,31 +224,24 @@ def claim_by_id_undecodable(engine: BaseEngine, now: dt.datetime, client_id: int
     )
 
 
-#: The methods that name a subscription or a stream consumer, called with a name.
+#: The methods that take one params object naming a subscription or a consumer.
+NAMED: dict[str, type[Any]] = {
+    "subscription_pause": SubscriptionPauseParams,
+    "subscription_resume": SubscriptionResumeParams,
+    "subscription_delete": SubscriptionDeleteParams,
+    "stream_consumer_pause": StreamConsumerPauseParams,
+    "stream_consumer_resume": StreamConsumerResumeParams,
+    "stream_consumer_reset": StreamConsumerResetParams,
+    "stream_consumer_delete": StreamConsumerDeleteParams,
+}
+
+#: Every method that names a subscription or a stream consumer, called with a name.
 BY_NAME: dict[str, Callable[[BaseEngine, str, dt.datetime], Any]] = {
-    "subscription_pause": lambda e, n, now: e.subscription_pause(
-        SubscriptionPauseParams(name=n, now=now)
+    **{m: lambda e, n, now, m=m: getattr(e, m)(NAMED[m](name=n, now=now)) for m in NAMED},
+    "stream_consumer_seek": lambda e, n, now: e.stream_consumer_seek(
+        n, StreamSeekParams(latest=True)
     ),
-    "subscription_resume": lambda e, n, now: e.subscription_resume(
-        SubscriptionResumeParams(name=n, now=now)
-    ),
-    "subscription_delete": lambda e, n, now: e.subscription_delete(
-        SubscriptionDeleteParams(name=n, now=now)
-    ),
-    "consumer_pause": lambda e, n, now: e.stream_consumer_pause(
-        StreamConsumerPauseParams(name=n, now=now)
-    ),
-    "consumer_resume": lambda e, n, now: e.stream_consumer_resume(
-        StreamConsumerResumeParams(name=n, now=now)
-    ),
-    "consumer_reset": lambda e, n, now: e.stream_consumer_reset(
-        StreamConsumerResetParams(name=n, now=now)
-    ),
-    "consumer_delete": lambda e, n, now: e.stream_consumer_delete(
-        StreamConsumerDeleteParams(name=n, now=now)
-    ),
-    "consumer_seek": lambda e, n, now: e.stream_consumer_seek(n, StreamSeekParams(latest=True)),
-    "consumer_pump": lambda e, n, now: e.stream_pump(n, 10, now),
+    "stream_pump": lambda e, n, now: e.stream_pump(n, 10, now),
 }
 
 
