@@ -53,7 +53,7 @@ from django.db import transaction
 
 from django_hopper import jobs, validation
 from django_hopper import registry as jobs_registry
-from django_hopper.api import list_jobs, parse_job_id
+from django_hopper.api import _strings, list_jobs, parse_job_id
 from django_hopper.conf import hopper_settings
 from django_hopper.context import AttemptSettled, JobContext, JobDiscard, JobSnooze
 from django_hopper.engine import get_engine
@@ -693,7 +693,7 @@ def drive_due(
     *,
     limit: int = 100,
     deadline: float | dt.timedelta | None = None,
-    kinds: tuple[str, ...] | None = None,
+    kinds: str | Iterable[str] | None = None,
     queue: str | None = None,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> DriveReport:
@@ -715,7 +715,7 @@ def drive_due(
     if queue is not None:
         validation.queue_name(queue)
     engine = get_engine()
-    chosen = jobs_registry.resumable() if kinds is None else tuple(kinds)
+    chosen = jobs_registry.resumable() if kinds is None else _strings(kinds, "kinds")
     report = DriveReport()
     if not chosen:
         return report

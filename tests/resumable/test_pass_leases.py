@@ -437,8 +437,23 @@ def test_drive_due__stops_at_its_deadline_and_reports_failures_without_stopping(
     assert (stopped.driven, stopped.stopped) == (0, "deadline")
 
 
+def test_drive_due__takes_one_kind_as_a_string(engine: BaseEngine) -> None:
+    handle = single.start(instance="drive-one-kind")
+
+    report = drive_due(kinds=single.kind)  # one kind, not its characters
+
+    assert (report.driven, report.finished) == (1, 1)
+    assert handle.refresh().state == JobState.COMPLETED
+
+
 @pytest.mark.parametrize(
-    ("kwargs", "field"), [({"limit": 0}, "limit"), ({"deadline": -1}, "deadline")]
+    ("kwargs", "field"),
+    [
+        ({"limit": 0}, "limit"),
+        ({"deadline": -1}, "deadline"),
+        ({"kinds": [""]}, "kinds"),
+        ({"kinds": [3]}, "kinds"),
+    ],
 )
 def test_drive_due__refuses_a_bad_limit_or_deadline(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidJob) as info:
