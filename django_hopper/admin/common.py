@@ -28,11 +28,11 @@ from django_hopper.admin.pagination import (
     COUNT_VAR,
     EstimatedCountPaginator,
     HopperChangeList,
-    planner_estimate,
+    planner_estimates,
 )
 from django_hopper.exceptions import HopperError
 from django_hopper.models import Job, JobHistory
-from django_hopper.types import FINAL_STATES, QueueStats, Stats
+from django_hopper.types import FINAL_STATES, Stats
 
 EMPTY = "-"
 
@@ -182,7 +182,7 @@ def seconds_text(value: dt.timedelta | float | None) -> str:
 
 
 #: On the overview, queues and clients pages, each queue's count of jobs in a
-#: state is exact up to this many; above, an estimate (see ``depth_text``).
+#: state is exact up to this many; above, an estimate (see ``depth_texts``).
 DEPTH_LIMIT = 1_000
 
 
@@ -201,21 +201,38 @@ def read_stats(model_admin: admin.ModelAdmin, request: HttpRequest) -> Stats:
         return Stats()
 
 
-def depth_text(queue: str, depths: QueueStats, state: str) -> str:
-    """Show a queue's count of jobs in a state: exact, or marked as not.
+DEPTH_STATES = ("available", "scheduled", "retryable", "running")
+
+
+def depth_texts(stats: Stats) -> dict[str, dict[str, str]]:
+    """Show each queue's count of jobs in each state: exact, or marked as not.
 
     A count that stopped at the limit shows PostgreSQL's planner estimate
-    (``about 20,000``: one ``EXPLAIN``, from the table statistics) when
-    that is above the limit, else the floor (``1,000+``).
+    (``about 20,000``, from the table statistics) when that is above the
+    limit, else the floor (``1,000+``). The estimates of a page come from
+    one ``EXPLAIN`` per database, however many counts stopped.
     """
-    count: int = getattr(depths, state)
-    if state not in depths.capped:
-        return str(count)
-    alias = topology.queue_alias(queue)
-    estimate = planner_estimate(Job.objects.using(alias).filter(queue=queue, state=state))
-    if estimate is not None and estimate > count:
-        return f"about {estimate:,}"
-    return f"{count:,}+"
+    capped: dict[str, list[tuple[str, str]]] = {}
+    for name, depths in stats.queues.items():
+        for state in depths.capped:
+            capped.setdefault(topology.queue_alias(name), []).append((name, state))
+    estimates: dict[tuple[str, str], int] = {}
+    for alias, pairs in capped.items():
+        sets = [Job.objects.using(alias).filter(queue=q, state=s) for q, s in pairs]
+        estimates.update(zip(pairs, planner_estimates(sets) or [], strict=False))
+    out: dict[str, dict[str, str]] = {}
+    for name, depths in stats.queues.items():
+        texts = out[name] = {}
+        for state in DEPTH_STATES:
+            count: int = getattr(depths, state)
+            estimate = estimates.get((name, state), 0)
+            if state not in depths.capped:
+                texts[state] = str(count)
+            elif estimate > count:
+                texts[state] = f"about {estimate:,}"
+            else:
+                texts[state] = f"{count:,}+"
+    return out
 
 
 #: How many refusals an action's message spells out (the rest are counted).

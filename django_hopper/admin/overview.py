@@ -25,8 +25,9 @@ from django.utils.safestring import SafeString
 
 from django_hopper.admin import common
 from django_hopper.admin.common import (
+    DEPTH_STATES,
     admin_url,
-    depth_text,
+    depth_texts,
     read_stats,
     seconds_text,
     time_text,
@@ -51,6 +52,8 @@ class QueueLine:
     depths: QueueStats
     paused: bool
     limits: str
+    #: Each state's count as shown: exact, ``about N`` or ``N+`` (``depth_texts``).
+    counts: dict[str, str] = field(default_factory=dict)
     completed: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
     pickup: dt.timedelta | None = None
@@ -68,14 +71,6 @@ class QueueLine:
     def chart(self) -> SafeString:
         label = f"{self.name}: {self.completed_total} completed, {self.failed_total} failed"
         return bar_chart(self.completed, self.failed, width=122, label=label + " in the last hour")
-
-    @property
-    def counts(self) -> dict[str, str]:
-        """Each state's count as shown: exact, ``about N`` or ``N+`` (see ``depth_text``)."""
-        return {
-            state: depth_text(self.name, self.depths, state)
-            for state in ("available", "scheduled", "retryable", "running")
-        }
 
     @property
     def oldest(self) -> str:
@@ -147,6 +142,7 @@ def overview_context(model_admin: admin.ModelAdmin, request: HttpRequest) -> dic
     stats = read_stats(model_admin, request)
     rows = {q.name: q for q in Queue.objects.all()}
     hour = last_hour(now)
+    texts = depth_texts(stats)
     empty = ([0] * 61, [0] * 61, None)
     lines = []
     for name in sorted(set(stats.queues) | set(rows) | set(hour)):
@@ -160,6 +156,7 @@ def overview_context(model_admin: admin.ModelAdmin, request: HttpRequest) -> dic
                 depths=depths,
                 paused=bool(row and row.paused_at) or depths.paused,
                 limits=limits_text(row),
+                counts=texts.get(name) or dict.fromkeys(DEPTH_STATES, "0"),
                 completed=done,
                 failed=bad,
                 pickup=pickup,

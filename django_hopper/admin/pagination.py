@@ -45,6 +45,38 @@ def planner_estimate(queryset: QuerySet[Any]) -> int | None:
     return int(plan[0]["Plan"]["Plan Rows"])
 
 
+def planner_estimates(querysets: list[QuerySet[Any]]) -> list[int] | None:
+    """Return PostgreSQL's estimate for each queryset from one ``EXPLAIN``, or None.
+
+    The querysets (of one database) are planned as the arms of one ``UNION
+    ALL``, whose plan keeps an estimate per arm: a page with many estimated
+    numbers still costs one query. None on other databases, or when the
+    plan does not have one arm per queryset.
+    """
+    if not querysets:
+        return []
+    db = querysets[0].db
+    connection = connections[db]
+    if connection.vendor != "postgresql":
+        return None
+    if len(querysets) == 1:
+        return [planner_estimate(querysets[0]) or 0]
+    parts, params = [], []
+    for queryset in querysets:
+        sql, args = queryset.order_by().query.get_compiler(using=db).as_sql()
+        parts.append(f"({sql})")
+        params.extend(args)
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {' UNION ALL '.join(parts)}", params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    arms = plan[0]["Plan"].get("Plans", [])
+    if len(arms) != len(querysets):
+        return None
+    return [int(arm["Plan Rows"]) for arm in arms]
+
+
 class EstimatedCountPaginator(Paginator):
     """A paginator that counts exactly up to a limit and estimates above it.
 

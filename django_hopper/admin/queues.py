@@ -25,7 +25,7 @@ from django_hopper.admin.common import (
     admin_url,
     audit,
     bounded_stats,
-    depth_text,
+    depth_texts,
     read_stats,
     request_alias,
     row_extra_or_read,
@@ -38,7 +38,7 @@ from django_hopper.exceptions import HopperError, InvalidJob
 from django_hopper.models import (
     Queue,
 )
-from django_hopper.types import QueueStats
+from django_hopper.types import QueueStats, Stats
 
 
 class QueueLimitsForm(forms.Form):
@@ -213,15 +213,30 @@ class QueueAdmin(FieldsetsViewAdmin):
     def annotate_rows(self, request: HttpRequest, rows: list[Any]) -> None:
         """Attach each queue's depths from one stats read for the whole page."""
         stats = read_stats(self, request)
+        texts = depth_texts(stats)
         for queue in rows:
-            setattr(queue, ROW_EXTRA, stats.queues.get(queue.name, QueueStats()))
+            depths = stats.queues.get(queue.name, QueueStats())
+            shown = (
+                texts.get(queue.name) or depth_texts(Stats(queues={queue.name: depths}))[queue.name]
+            )
+            setattr(queue, ROW_EXTRA, (depths, shown))
+
+    def _read(self, obj: Queue) -> tuple[QueueStats, dict[str, str]]:
+        """Return the depths attached by the changelist, or read them (the detail page)."""
+
+        def read() -> tuple[QueueStats, dict[str, str]]:
+            depths = bounded_stats().queues.get(obj.name, QueueStats())
+            return depths, depth_texts(Stats(queues={obj.name: depths}))[obj.name]
+
+        extra: tuple[QueueStats, dict[str, str]] = row_extra_or_read(obj, read)
+        return extra
 
     def _depths(self, obj: Queue) -> QueueStats:
-        """Return the depths attached by the changelist, or read them (the detail page)."""
-        depths: QueueStats = row_extra_or_read(
-            obj, lambda: bounded_stats().queues.get(obj.name, QueueStats())
-        )
-        return depths
+        return self._read(obj)[0]
+
+    def _count(self, obj: Queue, state: str) -> str:
+        """Return a state's count as shown: exact, ``about N`` or ``N+``."""
+        return self._read(obj)[1][state]
 
     paused_since = time_column("paused_at", "paused at")
     created = time_column("created_at", "created at")
@@ -233,27 +248,27 @@ class QueueAdmin(FieldsetsViewAdmin):
 
     @admin.display(description="available")
     def available(self, obj: Queue) -> str:
-        return depth_text(obj.name, self._depths(obj), "available")
+        return self._count(obj, "available")
 
     @admin.display(description="scheduled")
     def scheduled(self, obj: Queue) -> str:
-        return depth_text(obj.name, self._depths(obj), "scheduled")
+        return self._count(obj, "scheduled")
 
     @admin.display(description="retryable")
     def retryable(self, obj: Queue) -> str:
-        return depth_text(obj.name, self._depths(obj), "retryable")
+        return self._count(obj, "retryable")
 
     @admin.display(description="running")
     def running(self, obj: Queue) -> str:
-        return depth_text(obj.name, self._depths(obj), "running")
+        return self._count(obj, "running")
 
     @admin.display(description="depths")
     def depths(self, obj: Queue) -> str:
         d = self._depths(obj)
-        count = {s: depth_text(obj.name, d, s) for s in ("available", "scheduled", "retryable")}
+        count = self._read(obj)[1]
         return (
             f"available {count['available']}, scheduled {count['scheduled']}, "
-            f"retryable {count['retryable']}, running {depth_text(obj.name, d, 'running')}; "
+            f"retryable {count['retryable']}, running {count['running']}; "
             "oldest available waited "
             f"{seconds_text(d.oldest_available)}; completed in the last minute "
             f"{d.completed_last_minute}"
