@@ -969,6 +969,14 @@ class Suite:
             },
         }
         out: dict[str, Any] = {"rounds": []}
+        # What each set-up costs a worker that does nothing (importing the SDK,
+        # its threads), beyond the idle worker process() subtracts: taken off
+        # too, so that CPU per job is what the jobs cost.
+        startup: dict[str, float] = {}
+        for name, env in setups.items():
+            self.reset()
+            startup[name] = Children([worker_command(burst=True)], self.log, env).wait(120)
+        out["startup_cpu_s"] = {name: round(cpu, 3) for name, cpu in startup.items()}
         for i in range(rounds):
             row: dict[str, Any] = {}
             for name, env in setups.items():
@@ -977,6 +985,10 @@ class Suite:
                 self.settle()
                 self.progress(f"observe round {i + 1} of {rounds}: {name}")
                 row[name] = self.process(n, 1, env=env)
+                extra = max(0.0, startup[name] - self.startup_cpu)
+                row[name]["cpu_us_per_job"] = round(
+                    row[name]["cpu_us_per_job"] - extra / max(1, n) * 1e6, 1
+                )
             off = row["off"]["jobs_per_s"]
             for name in setups:
                 if name != "off":
