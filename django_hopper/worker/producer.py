@@ -120,7 +120,17 @@ class Producer:
         if free <= 0 or client_id is None:
             return 0
         self.last_claim = time.monotonic()
-        self.take_over(self.last_claim)
+        try:
+            self.take_over(self.last_claim)
+        except Exception:
+            # The claim goes on: a takeover that fails (one bad row, a lock) must
+            # not stop the queue; it is tried again after the poll interval.
+            reset_connection(self.engine.alias)
+            logger.warning(
+                "taking over the expired pass leases of queue %s failed; claiming anyway",
+                self.queue,
+                exc_info=True,
+            )
         result = self.engine.job_claim(
             JobClaimParams(
                 queue=self.queue,

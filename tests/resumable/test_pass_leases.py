@@ -6,9 +6,11 @@ drives due runs with a limit and a deadline."""
 from __future__ import annotations
 
 import datetime as dt
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from django.db import DatabaseError
 from django.test import override_settings
 
 import django_hopper as hopper
@@ -206,6 +208,31 @@ def test_job_lease_on_a_run__unbegun_at_expiry_is_taken_over_as_a_miss_and_its_h
     done = handle.refresh()
     assert (done.state, done.attempt, done.errors) == (JobState.COMPLETED, 1, [])
     assert done.output == {"cursor": None, "counters": {"items": 1}}
+
+
+def test_producer__claims_even_when_taking_over_expired_pass_leases_fails(
+    engine: BaseEngine, client_id: int, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    handle = paged.start(n=1, instance="takeover-fails")
+
+    def fails(params: JobPassTakeoverParams) -> list[Any]:
+        raise DatabaseError("the takeover failed")
+
+    monkeypatch.setattr(engine, "job_pass_takeover_many", fails)
+    started: list[Any] = []
+    control: Any = SimpleNamespace(
+        may_claim_from=lambda queue: True, client_id=client_id, limited_queues=set()
+    )
+    producer = Producer(
+        "pl", 1, engine=engine, control=control,
+        start_job=lambda job, _producer: started.append(job.id),
+        poll_interval=1.0, claim_debounce=0.0,
+    )  # fmt: skip
+
+    assert producer.claim_once() == 1
+
+    assert started == [handle.id]
+    assert "claiming anyway" in caplog.text
 
 
 # -- admission misses ---------------------------------------------------------------
