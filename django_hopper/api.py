@@ -18,6 +18,7 @@ alias (the usual case) nothing is searched: every call is one engine call.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -70,11 +71,6 @@ def parse_job_id(value: Any, field: str = "job_id") -> uuid.UUID:
         except ValueError:
             pass
     raise InvalidJob(f"{field} must be a UUID, not {value!r}", field=field)
-
-
-def _engine() -> BaseEngine:
-    """Return the engine of ``HOPPER["DATABASE"]``."""
-    return get_engine()
 
 
 def _aliases(using: str | None) -> list[str]:
@@ -385,19 +381,48 @@ def erase_subject(subject: str) -> ErasureRow:
     and how many rows, naming the subject by its SHA-256 digest only. Runs in
     the caller's transaction, if any. What is and is not erased:
     docs/privacy.md.
+
+    With queues on several aliases (``HOPPER["QUEUE_DATABASES"]``) every alias
+    is erased, ``DATABASE`` first, each on its own connection (there is no
+    transaction across databases) and each keeping its own record; the
+    record returned is ``DATABASE``'s with the counts of every alias added.
+    If an alias fails, the exception says so: erase again (an erasure
+    finds nothing left where it already ran).
     """
 
-    return _engine().subject_erase(SubjectEraseParams(subject=subject))
+    params = SubjectEraseParams(subject=subject)
+    aliases = topology.aliases()
+    record = get_engine(aliases[0]).subject_erase(params)
+    for alias in aliases[1:]:
+        other = get_engine(alias).subject_erase(params)
+        record = dataclasses.replace(
+            record,
+            jobs=record.jobs + other.jobs,
+            running=record.running + other.running,
+            steps=record.steps + other.steps,
+            logs=record.logs + other.logs,
+            results=record.results + other.results,
+            ended=[*record.ended, *other.ended],
+        )
+    return record
 
 
 def subject_erasures(subject: str) -> list[ErasureRow]:
-    """Return the erasures recorded for a subject, oldest first (found by its digest)."""
+    """Return the erasures recorded for a subject on every alias, oldest first (by its digest)."""
 
     from django_hopper.models import Erasure  # noqa: PLC0415 - the api imports no models at load
 
-    engine = _engine()
     digest = hashlib.sha256(checks.subject(subject).encode()).hexdigest()
-    rows = Erasure.objects.using(engine.alias).filter(subject_digest=digest).order_by("id")
+    rows = sorted(
+        (
+            row
+            for alias in topology.aliases()
+            for row in Erasure.objects.using(get_engine(alias).alias)
+            .filter(subject_digest=digest)
+            .order_by("id")
+        ),
+        key=lambda row: row.erased_at,
+    )
     return [
         ErasureRow(
             id=r.id,

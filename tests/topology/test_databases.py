@@ -190,6 +190,22 @@ def test_api_bulk__acts_on_every_alias_in_one_call(alias: str):
 
 
 @pytest.mark.parametrize("alias", SECOND)
+def test_erase_subject__erases_the_subject_on_every_alias(alias: str):
+    with placed(alias):
+        busy = jobs.add.using(queue="busy", subject="user:42").enqueue(1, 2)
+        plain = jobs.add.using(subject="user:42").enqueue(3, 4)
+        other = jobs.add.using(queue="busy", subject="user:7").enqueue(5, 6)
+
+        record = api.erase_subject("user:42")
+
+        assert record.jobs == 2
+        assert get_engine(alias).job_get(busy.id).erased_at is not None
+        assert get_engine("default").job_get(plain.id).erased_at is not None
+        assert get_engine(alias).job_get(other.id).erased_at is None
+        assert [r.jobs for r in api.subject_erasures("user:42")] == [1, 1]
+
+
+@pytest.mark.parametrize("alias", SECOND)
 def test_list_jobs__pages_through_every_alias_by_id_or_reads_one(alias: str):
     with placed(alias):
         ids = [
