@@ -124,6 +124,8 @@ def test_schema_check__refuses_a_schema_that_no_longer_serves_this_code(
             SchemaState(version=5),
             ["has hopper schema 5", "built for schema 8", "manage.py migrate django_hopper`"],
         ),
+        (SchemaState(version=7), ["has hopper schema 7", "built for schema 8"]),
+        (SchemaState(version=12, oldest_code=9), ["schema 9 or later"]),
         (
             SchemaState(version=12, oldest_code=10),
             ["has hopper schema 12", "built for schema 8", "schema 10 or later"],
