@@ -146,12 +146,22 @@ def test_overview__a_depth_past_the_limit_is_marked_estimated_at_a_constant_quer
     assert f'queue=emails&amp;state=available">{shown}</a>' in body
 
 
-def test_queues_list__marks_a_depth_past_the_limit(
+def test_queues_list__marks_depths_past_the_limit_at_the_same_query_count_per_page_size(
     admin_client: HttpClient, engine: BaseEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from django_hopper.admin.queues import QueueAdmin
+
     monkeypatch.setattr(common, "DEPTH_LIMIT", 3)
-    engine.queue_ensure(["default"])
-    testjobs.add.enqueue_many([((i, i), {}) for i in range(5)])
-    body, _ = _capped_page(admin_client, reverse("admin:django_hopper_queue_changelist"))
+    names = ["default", "emails", "reports"]
+    engine.queue_ensure(names)
+    for name in names:
+        testjobs.add.using(queue=name).enqueue_many([((i, i), {}) for i in range(5)])
+    url = reverse("admin:django_hopper_queue_changelist")
+    monkeypatch.setattr(QueueAdmin, "list_per_page", 1)
+    body, one = _capped_page(admin_client, url)
+    assert body.count('<td class="field-available">') == 1
+    monkeypatch.setattr(QueueAdmin, "list_per_page", 3)
+    body, three = _capped_page(admin_client, url)
     shown = "about 5" if connection.vendor == "postgresql" else "3+"
-    assert f'<td class="field-available">{shown}</td>' in body
+    assert body.count(f'<td class="field-available">{shown}</td>') == 3
+    assert one == three
