@@ -146,9 +146,11 @@ live AS (
     FROM counted
     GROUP BY queue),
 done AS (
+    -- The last minute by the finalized_at index (+state: never the state index,
+    -- which would read every completed job).
     SELECT queue, count(*) AS completed
     FROM hopper_job_history
-    WHERE finalized_at > %(minute_ago)s AND finalized_at <= %(now)s AND state = 'completed'
+    WHERE finalized_at > %(minute_ago)s AND finalized_at <= %(now)s AND +state = 'completed'
     GROUP BY queue),
 reported AS (
     SELECT e.key AS queue, sum(e.value) AS completed
