@@ -62,6 +62,7 @@ from django_hopper.engine.params import (
     JobFinalizeParams,
     JobListParams,
     JobPassBeginParams,
+    JobPassGetManyParams,
     JobPassMissParams,
     JobPassRow,
     JobPassTakeoverParams,
@@ -865,6 +866,13 @@ class RunRow:
     decode_error: str | None
     #: The run's job row, as the engine decoded it.
     job: JobRow
+    #: Consecutive claims that did not begin their pass (0 once one does, and for
+    #: a finished run, whose record says how it ended).
+    admission_misses: int = 0
+    #: When the pass holding the run BEGAN (None: no pass began under the claim).
+    pass_began_at: dt.datetime | None = None
+    #: When the lease of the pass holding the run expires (None: no pass lease).
+    lease_expires_at: dt.datetime | None = None
 
 
 def run_row(job: JobRow) -> RunRow:
@@ -911,7 +919,8 @@ def list_runs(
     ``kinds`` defaults to every ``@resumable`` kind registered in this process.
     ``after`` is the cursor of the next page (the last ID of a page). A run whose
     stored values or progress do not decode is listed with ``decode_error``
-    naming them, never failing the page.
+    naming them, never failing the page. A live run carries its admission
+    misses and its pass lease (one more statement per page).
     """
     if kinds is None:
         kinds = sorted(k for k, fn in registry.items() if isinstance(fn, ResumableJob))
@@ -920,4 +929,19 @@ def list_runs(
     jobs_ = list_jobs(
         kinds=kinds, states=states, newest_first=newest_first, after=after, limit=limit
     )
-    return [run_row(job) for job in jobs_]
+    rows = [run_row(job) for job in jobs_]
+    live = [r.id for r in rows if r.job.is_live]
+    if not live:
+        return rows
+    passes = {p.id: p for p in get_engine().job_pass_get_many(JobPassGetManyParams(ids=live))}
+    return [
+        dataclasses.replace(
+            r,
+            admission_misses=p.admission_misses,
+            pass_began_at=p.began_at,
+            lease_expires_at=p.lease_expires_at,
+        )
+        if (p := passes.get(r.id)) is not None
+        else r
+        for r in rows
+    ]

@@ -72,6 +72,7 @@ from django_hopper.engine.params import (
     JobListParams,
     JobPassBeginParams,
     JobPassBegun,
+    JobPassGetManyParams,
     JobPassMissed,
     JobPassMissParams,
     JobPassRow,
@@ -727,7 +728,18 @@ class BaseEngine(ABC):
     def job_pass_get(self, id: JobID) -> JobPassRow | None:
         """Return what a live run's row says of its pass lease and admission misses
         (None: not a live job)."""
-        return self._job_pass_get(id)
+        found = self._job_pass_get_many([id])
+        return found[0] if found else None
+
+    def job_pass_get_many(self, params: JobPassGetManyParams) -> list[JobPassRow]:
+        """Return the pass state of each of ``ids`` that is a live job, in one
+        statement, in request order (an operator's page of runs)."""
+        checks.pass_get_many(params)
+        ids = outcomes.unique_ids(params.ids)
+        if not ids:
+            return []
+        found = {row.id: row for row in self._job_pass_get_many(ids)}
+        return [found[i] for i in ids if i in found]
 
     # == data subjects =========================================================
 
@@ -1409,7 +1421,7 @@ class BaseEngine(ABC):
         begun; return each job with its lease token, whether it began, and its misses."""
 
     @abstractmethod
-    def _job_pass_get(self, id: JobID) -> JobPassRow | None: ...
+    def _job_pass_get_many(self, ids: list[JobID]) -> list[JobPassRow]: ...
 
     # -- data subjects
 

@@ -26,6 +26,7 @@ from django_hopper.engine.params import (
     JobInsertParams,
     JobListParams,
     JobPassBeginParams,
+    JobPassGetManyParams,
     JobPassMissParams,
     JobPassTakeoverParams,
     JobRecordProgressParams,
@@ -303,6 +304,12 @@ def pass_miss(p: JobPassMissParams) -> None:
     max_misses(p.max_misses)
     if not isinstance(p.reason, str) or not p.reason or "\x00" in p.reason:
         raise InvalidJob(f"reason must be a non-empty string, not {p.reason!r}", field="reason")
+
+
+def pass_get_many(p: JobPassGetManyParams) -> None:
+    """Refuse IDs that are not UUIDs, naming the field."""
+    if isinstance(p.ids, str | bytes) or not all(isinstance(i, uuid.UUID) for i in p.ids):
+        raise InvalidJob(f"ids must be job IDs (UUIDs), not {p.ids!r}", field="ids")
 
 
 def pass_takeover(p: JobPassTakeoverParams) -> None:

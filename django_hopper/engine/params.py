@@ -1011,6 +1011,13 @@ class JobPassMissed:
 
 
 @dataclass(slots=True, frozen=True)
+class JobPassGetManyParams:
+    """Read the pass state of many live runs in one statement."""
+
+    ids: Sequence[JobID]
+
+
+@dataclass(slots=True, frozen=True)
 class JobPassTakeoverParams:
     """Take over the pass leases of ``kinds`` that expired by database time, or
     whose holding worker's client lease did.

@@ -17,6 +17,7 @@ from django_hopper.engine.params import (
     JobLeaseRow,
     JobPassBeginParams,
     JobPassBegun,
+    JobPassGetManyParams,
     JobPassMissParams,
     JobPassTakeoverParams,
     JobStepGetParams,
@@ -334,3 +335,28 @@ def test_pass_get__reads_live_runs_only_and_a_begun_pass_ends_by_its_lease(
     assert engine.job_finalize_many(JobFinalizeParams(jobs=[by_client], now=db_now)) == []
     assert engine.job_finalize_many(JobFinalizeParams(jobs=[finish], now=db_now))
     assert engine.job_pass_get(job.id) is None  # finished: in history now
+
+
+def test_pass_get_many__reads_live_runs_in_request_order_in_one_call(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    from django_hopper.ids import new_id
+
+    begun_job = claimed(engine, db_now)
+    assert begin(engine, begun_job, db_now) is not None
+    missed_job = claimed(engine, db_now)
+    assert miss(engine, missed_job, db_now) is not None
+    unknown = new_id()
+
+    rows = engine.job_pass_get_many(
+        JobPassGetManyParams(ids=[missed_job.id, unknown, begun_job.id, missed_job.id])
+    )
+
+    assert [r.id for r in rows] == [missed_job.id, begun_job.id]
+    missed_row, begun_row = rows
+    assert (missed_row.admission_misses, missed_row.began_at) == (1, None)
+    assert (begun_row.admission_misses, begun_row.began_at) == (0, db_now)
+    assert engine.job_pass_get_many(JobPassGetManyParams(ids=[])) == []
+    with pytest.raises(InvalidJob) as refused:
+        engine.job_pass_get_many(JobPassGetManyParams(ids=[str(begun_job.id)]))
+    assert refused.value.field == "ids"

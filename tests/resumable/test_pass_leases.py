@@ -30,7 +30,9 @@ from django_hopper.runs import (
     Pass,
     Run,
     StepExhausted,
+    begin_pass,
     drive_due,
+    list_runs,
     resumable,
 )
 from django_hopper.types import JobState, RescueReason
@@ -253,6 +255,25 @@ def test_worker_pass__a_claim_with_too_little_lease_left_misses_and_costs_no_att
     assert job.snooze_reason is not None and "admission miss 1/10" in job.snooze_reason
     state = paged.pass_state(str(job.id))
     assert state is not None and (state.admission_misses, state.began_at) == (1, None)
+
+
+def test_list_runs__shows_a_live_runs_admission_misses_and_its_pass_lease(
+    engine: BaseEngine, client_id: int
+) -> None:
+    missed = paged.start(n=1, instance="listed-missed")
+    assert worker_pass(engine, client_id, "pl", now=engine.now() - 50 * SECOND) == "missed"
+    held = paged.start(n=1, instance="listed-begun")
+    (job,) = engine.job_claim(JobClaimParams(queue="pl", client_id=client_id, limit=1)).jobs
+    assert job.id == held.id
+    begin_pass(engine, JobContext(job, engine), paged.lease)
+
+    runs = {r.id: r for r in list_runs(kinds=paged.kind)}
+
+    m, h = runs[missed.id], runs[held.id]
+    assert (m.admission_misses, m.pass_began_at) == (1, None)
+    assert h.admission_misses == 0 and h.pass_began_at is not None
+    assert h.lease_expires_at is not None
+    assert h.lease_expires_at - h.pass_began_at == paged.lease
 
 
 def test_begin__three_misses_in_a_row_do_not_discard_a_run_under_the_default_bound(

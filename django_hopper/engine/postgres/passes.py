@@ -30,7 +30,7 @@ def _claim(params: JobPassBeginParams | JobPassMissParams) -> dict[str, Any]:
 
 
 class PassesMixin(PostgresSupport):
-    """job_pass_begin, job_pass_miss, job_pass_takeover_many and job_pass_get."""
+    """job_pass_begin, job_pass_miss, job_pass_takeover_many and job_pass_get_many."""
 
     def _job_pass_begin(self, params: JobPassBeginParams) -> JobPassBegun | None:
         """BEGIN the pass (one compare-and-set); None when it does not hold."""
@@ -70,10 +70,9 @@ class PassesMixin(PostgresSupport):
             for r in rows
         ]
 
-    def _job_pass_get(self, id: JobID) -> JobPassRow | None:
-        row = self._fetchone("job_pass_get", {"id": id})
-        if row is None:
-            return None
-        return JobPassRow(
-            id=row[0], began_at=row[1], admission_misses=int(row[2]), lease_expires_at=row[3]
-        )
+    def _job_pass_get_many(self, ids: list[JobID]) -> list[JobPassRow]:
+        rows = self._fetchall("job_pass_get_many", {"ids": ids})
+        return [
+            JobPassRow(id=r[0], began_at=r[1], admission_misses=int(r[2]), lease_expires_at=r[3])
+            for r in rows
+        ]

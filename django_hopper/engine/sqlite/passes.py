@@ -26,7 +26,7 @@ from django_hopper.types import JobID, JobRow, LeaseFence
 
 
 class PassesMixin(SQLiteSupport):
-    """job_pass_begin, job_pass_miss, job_pass_takeover_many and job_pass_get."""
+    """job_pass_begin, job_pass_miss, job_pass_takeover_many and job_pass_get_many."""
 
     def _pass_claim(self, params: JobPassBeginParams | JobPassMissParams) -> dict[str, Any]:
         _, now_s = self._now(params.now)
@@ -95,15 +95,16 @@ class PassesMixin(SQLiteSupport):
         ]
 
     @translate_errors
-    def _job_pass_get(self, id: JobID) -> JobPassRow | None:
+    def _job_pass_get_many(self, ids: list[JobID]) -> list[JobPassRow]:
         with self._cursor() as c:
-            c.execute(Q["job_pass_get"], {"id": id.hex})
-            row = c.fetchone()
-        if row is None:
-            return None
-        return JobPassRow(
-            id=uuid.UUID(row[0]),
-            began_at=from_db_time(row[1]) if row[1] else None,
-            admission_misses=int(row[2]),
-            lease_expires_at=from_db_time(row[3]) if row[3] else None,
-        )
+            c.execute(Q["job_pass_get_many"], {"ids": json.dumps([i.hex for i in ids])})
+            rows = c.fetchall()
+        return [
+            JobPassRow(
+                id=uuid.UUID(r[0]),
+                began_at=from_db_time(r[1]) if r[1] else None,
+                admission_misses=int(r[2]),
+                lease_expires_at=from_db_time(r[3]) if r[3] else None,
+            )
+            for r in rows
+        ]

@@ -79,7 +79,7 @@ FROM due d
 WHERE j.id = d.id
 RETURNING {job_columns:j}, j.lease_began_at, coalesce(j.admission_misses, 0)
 
--- name: job_pass_get
+-- name: job_pass_get_many
 SELECT j.id, j.lease_began_at, coalesce(j.admission_misses, 0), j.lease_expires_at
 FROM hopper_job j
-WHERE j.id = %(id)s::uuid
+WHERE j.id = ANY(%(ids)s::uuid[])

@@ -67,7 +67,7 @@ WHERE id IN (
     LIMIT %(limit)s)
 RETURNING {job_columns}, lease_began_at, coalesce(admission_misses, 0);
 
--- name: job_pass_get
+-- name: job_pass_get_many
 SELECT id, lease_began_at, coalesce(admission_misses, 0), lease_expires_at
 FROM hopper_job
-WHERE id = %(id)s;
+WHERE id IN (SELECT value FROM json_each(%(ids)s));
