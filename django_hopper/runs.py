@@ -268,6 +268,10 @@ class Run:
         Count outside step functions (from their results): a memoized step does
         not run again, but the pass around it does, with its counts reset.
         """
+        if not isinstance(name, str) or not name:
+            # Counters are stored as a JSON object: a key that is not text would
+            # read back as another name after the commit.
+            raise InvalidJob(f"a counter's name is a non-empty string, not {name!r}", field="name")
         if not isinstance(by, int) or isinstance(by, bool):
             raise InvalidJob(f"count by an integer, not {by!r}", field="by")
         self._counters[name] = self._counters.get(name, 0) + by

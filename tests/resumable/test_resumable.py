@@ -24,6 +24,7 @@ from django_hopper.runs import (
     Pass,
     ProgressNotResumable,
     Run,
+    claim_of,
     read_progress,
     resumable,
 )
@@ -191,6 +192,23 @@ def test_resumable__arguments_must_be_json(engine: BaseEngine) -> None:
 
     with pytest.raises(InvalidJob):
         walk.start(n=object(), instance="bad")
+
+
+@pytest.mark.parametrize(
+    ("name", "by", "field"), [(1, 1, "name"), ("", 1, "name"), ("x", 1.5, "by")]
+)
+def test_run_count__refuses_a_name_that_is_not_text_or_a_count_that_is_not_an_integer(
+    engine: BaseEngine, client_id: int, name: Any, by: Any, field: str
+) -> None:
+    walk.start(n=1, instance="counts")
+    (job,) = engine.job_claim(JobClaimParams(queue="rs", client_id=client_id, limit=1)).jobs
+    context = JobContext(job, engine)
+    run = Run(context, engine, claim_of(context))
+
+    with pytest.raises(InvalidJob) as refused:
+        run.count(name, by)
+
+    assert refused.value.field == field and run.counters == {}
 
 
 def test_resumable__a_crash_after_the_finishing_commit_repeats_no_step_and_no_count(
