@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import DatabaseError
+from django.test import override_settings
 
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import JobInsertOpts, JobInsertParams, LeaderParams
@@ -58,6 +60,33 @@ def test_once__waits_for_the_history_index_build_it_started(
     monkeypatch.setattr(HistoryIndexer, "build", slow_build)
     call_command("hopper_maintain", "--once", stdout=io.StringIO())
     assert finished.is_set()
+
+
+def test_once__a_failed_lease_renewal_is_logged_and_retried_on_a_fresh_connection(
+    tx_engine: BaseEngine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    renew = tx_engine.client_renew
+    calls: list[int] = []
+    renewed_after_failure = threading.Event()
+
+    def flaky_renew(params: Any) -> Any:
+        calls.append(params.client_id)
+        if len(calls) == 1:
+            raise DatabaseError("connection lost")
+        renewed_after_failure.set()
+        return renew(params)
+
+    def slow_build(self: HistoryIndexer) -> Any:
+        assert renewed_after_failure.wait(10), "the renewal was not retried"
+
+    monkeypatch.setattr(tx_engine, "client_renew", flaky_renew)
+    monkeypatch.setattr(HistoryIndexer, "build", slow_build)
+    hopper = {"QUEUES": {"default": 10}, "CLIENT_TTL": 0.3, "LEADER_TTL": 0.3}
+    with override_settings(HOPPER=hopper):
+        call_command("hopper_maintain", "--once", stdout=io.StringIO())
+
+    assert len(calls) >= 2
+    assert "renewing the maintenance pass's leases failed" in caplog.text
 
 
 def test_once__refuses_with_status_3_while_another_client_leads(tx_engine: BaseEngine) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import socket
 import sys
 import threading
@@ -23,10 +24,12 @@ from django_hopper.maintenance.leader import Elector
 from django_hopper.runs import drive_due
 from django_hopper.topology import maintenance_alias
 from django_hopper.worker import Worker, WorkerConfig, import_job_modules
-from django_hopper.worker.db import close_thread_connections
+from django_hopper.worker.db import close_thread_connections, reset_connection
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
+
+logger = logging.getLogger("django_hopper.maintenance")
 
 #: Exit status of ``--once`` when another client holds the leader lease.
 LEADER_BUSY = 3
@@ -178,7 +181,14 @@ class Command(BaseCommand):
                             if leads and not elector.run_once():
                                 lost.set()
                         except Exception:
-                            pass  # retried next period; a lapse shows up as ``lost``
+                            # Retried next period on a fresh connection; a lapse
+                            # shows up as ``lost``.
+                            reset_connection(engine.alias)
+                            logger.warning(
+                                "renewing the maintenance pass's leases failed; retrying in %.2fs",
+                                period,
+                                exc_info=True,
+                            )
                 finally:
                     close_thread_connections()
 
