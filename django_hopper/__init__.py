@@ -58,6 +58,20 @@ _LAZY = {
     "consume": "django_hopper.streams",
     "seek": "django_hopper.streams",
     "read": "django_hopper.streams",
+    # subscription and stream-consumer management
+    "pause_subscription": "django_hopper.pubsub",
+    "resume_subscription": "django_hopper.pubsub",
+    "unsubscribe": "django_hopper.pubsub",
+    "pause_consumer": "django_hopper.streams",
+    "resume_consumer": "django_hopper.streams",
+    "reset_consumer": "django_hopper.streams",
+    "delete_consumer": "django_hopper.streams",
+    "consumer_lag": "django_hopper.streams",
+    # periodic slots
+    "run_periodic_now": "django_hopper.periodic",
+    "disable_periodic": "django_hopper.periodic",
+    "enable_periodic": "django_hopper.periodic",
+    "periodic_states": "django_hopper.periodic",
     # the public types and vocabulary (django_hopper.types)
     "JobRow": "django_hopper.types",
     "AttemptError": "django_hopper.types",
@@ -87,7 +101,11 @@ __all__ = [
     "cancel_job",
     "claim_job",
     "consume",
+    "consumer_lag",
+    "delete_consumer",
     "delete_job",
+    "disable_periodic",
+    "enable_periodic",
     "enqueue_many",
     "erase_subject",
     "get_batch",
@@ -99,20 +117,28 @@ __all__ = [
     "list_jobs",
     "list_queues",
     "list_runs",
+    "pause_consumer",
     "pause_queue",
+    "pause_subscription",
+    "periodic_states",
     "publish",
     "read",
+    "reset_consumer",
     "resolve",
     "resumable",
+    "resume_consumer",
     "resume_lease",
     "resume_queue",
+    "resume_subscription",
     "retry_job",
     "retry_ordering_key",
+    "run_periodic_now",
     "seek",
     "set_queue_limits",
     "stats",
     "subject_erasures",
     "subscribe",
+    "unsubscribe",
 ]
 
 if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
@@ -136,7 +162,19 @@ if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
         enqueue_many,
         job,
     )
-    from django_hopper.pubsub import publish, subscribe
+    from django_hopper.periodic import (
+        disable_periodic,
+        enable_periodic,
+        periodic_states,
+        run_periodic_now,
+    )
+    from django_hopper.pubsub import (
+        pause_subscription,
+        publish,
+        resume_subscription,
+        subscribe,
+        unsubscribe,
+    )
     from django_hopper.queues import (
         list_queues,
         pause_queue,
@@ -147,7 +185,17 @@ if TYPE_CHECKING:  # let type checkers and IDEs see the lazy names
     )
     from django_hopper.registry import resolve
     from django_hopper.runs import Pass, Run, list_runs, resumable
-    from django_hopper.streams import append, consume, read, seek
+    from django_hopper.streams import (
+        append,
+        consume,
+        consumer_lag,
+        delete_consumer,
+        pause_consumer,
+        read,
+        reset_consumer,
+        resume_consumer,
+        seek,
+    )
     from django_hopper.types import AttemptError, AttemptLog, JobRow, JobState, Progress
     from django_hopper.workflows import Workflow, get_workflow
 

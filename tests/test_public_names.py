@@ -39,6 +39,35 @@ def test_public_names__resolve_to_their_objects_after_every_module_is_imported()
     assert set(django_hopper.__all__) == {*django_hopper._LAZY, "__version__"}
 
 
+#: The operator functions a project calls from its own code, each reachable as
+#: ``from django_hopper import NAME`` (not only from its module).
+OPERATOR_FUNCTIONS = {
+    "django_hopper.api": ["erase_subject", "subject_erasures"],
+    "django_hopper.runs": ["list_runs"],
+    "django_hopper.pubsub": ["pause_subscription", "resume_subscription", "unsubscribe"],
+    "django_hopper.streams": [
+        "pause_consumer",
+        "resume_consumer",
+        "reset_consumer",
+        "delete_consumer",
+        "consumer_lag",
+    ],
+    "django_hopper.periodic": [
+        "run_periodic_now",
+        "disable_periodic",
+        "enable_periodic",
+        "periodic_states",
+    ],
+}
+
+
+def test_public_names__operator_functions_are_exported_at_the_top_level() -> None:
+    for module, names in OPERATOR_FUNCTIONS.items():
+        for name in names:
+            assert name in django_hopper.__all__, name
+            assert getattr(django_hopper, name) is getattr(importlib.import_module(module), name)
+
+
 def test_resumable__the_documented_import_decorates_in_a_fresh_interpreter() -> None:
     """``from django_hopper import resumable`` after the module that defines it was
     imported (as a worker or the app registry would) still gives the decorator."""
