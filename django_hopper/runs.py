@@ -84,7 +84,14 @@ from django_hopper.jobs import EnqueueOptions, JobFunction, JobHandle
 from django_hopper.registry import registry
 from django_hopper.types import JobState
 from django_hopper.worker.completer import settle_finished
-from django_hopper.worker.execution import _call_args, completed, discarded, failed, snoozed
+from django_hopper.worker.execution import (
+    _call_args,
+    canceled,
+    completed,
+    discarded,
+    failed,
+    snoozed,
+)
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -603,8 +610,9 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
         and a run in a batch or workflow settles it. Returns ``"next"``
         (committed, another pass is due), ``"done"``, ``"failed"`` (the pass
         raised: it is retried with backoff, or the run fails when out of
-        attempts) or ``"missed"`` (the claim did not BEGIN: no attempt is
-        charged, the run waits; see docs/resumable.md). Raises what the claim by
+        attempts), ``"canceled"`` (the pass raised JobCanceled: the run ends
+        canceled, as on a worker) or ``"missed"`` (the claim did not BEGIN: no
+        attempt is charged, the run waits; see docs/resumable.md). Raises what the claim by
         ID raises for a run that is not waiting (running elsewhere, finished,
         paused).
         """
@@ -634,6 +642,8 @@ class ResumableJob(JobFunction[P, T], Generic[P, T]):
             result, outcome = snoozed(job, snooze, context.log_text()), "next"
         except JobFenced:
             raise
+        except JobCanceled:
+            result, outcome = canceled(job, context.log_text()), "canceled"
         except JobDiscard as exc:
             error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             trace = traceback.format_exc()
@@ -670,6 +680,8 @@ class DriveReport:
     missed: int = 0
     #: Passes that failed (the run retries with backoff, or fails out of attempts).
     failed: int = 0
+    #: Runs whose pass raised JobCanceled: they ended canceled.
+    canceled: int = 0
     #: Expired pass leases taken over before driving.
     taken_over: int = 0
     #: Due runs another worker or drive claimed first, or that stopped being due.
@@ -773,6 +785,8 @@ def drive_due(
         report.driven += 1
         if outcome == "done":
             report.finished += 1
+        elif outcome == "canceled":
+            report.canceled += 1
         elif outcome == "failed":
             report.failed += 1
             after = engine.job_get(job.id)

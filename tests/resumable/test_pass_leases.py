@@ -22,7 +22,7 @@ from django_hopper.engine.params import (
     JobFinalizeParams,
     JobPassTakeoverParams,
 )
-from django_hopper.exceptions import InvalidJob, JobFenced
+from django_hopper.exceptions import InvalidJob, JobCanceled, JobFenced
 from django_hopper.jobs import resolve
 from django_hopper.maintenance.services import Rescuer
 from django_hopper.runs import (
@@ -79,6 +79,12 @@ def flaky(run: Run, budget: int | None = 2) -> Pass:
 @resumable(queue="pl-single")
 def single(run: Run) -> Pass:
     return Pass(done=True)
+
+
+@resumable(queue="pl-cancels")
+def cancels(run: Run) -> Pass:
+    run.step("before", lambda: CALLS.append("before"))
+    raise JobCanceled("the source was withdrawn")
 
 
 @pytest.fixture(autouse=True)
@@ -429,6 +435,19 @@ def test_drive__takes_over_a_run_whose_pass_lease_expired_and_reports_a_miss_as_
 
     assert paged.drive(handle.id) == "done"
     assert [e.rescue for e in handle.refresh().errors] == [RescueReason.LEASE_EXPIRED]
+
+
+def test_drive__a_pass_that_raises_job_canceled_ends_the_run_canceled_as_a_worker_does(
+    engine: BaseEngine,
+) -> None:
+    handle = cancels.start(instance="drive-cancel")
+
+    report = drive_due(kinds=cancels.kind)
+
+    assert (report.driven, report.canceled, report.failed) == (1, 1, 0)
+    job = handle.refresh()
+    assert job.state == JobState.CANCELED
+    assert [e.rescue for e in job.errors] == [RescueReason.CANCELED]
 
 
 def test_drive_due__drives_due_runs_up_to_the_limit_and_reports(engine: BaseEngine) -> None:
