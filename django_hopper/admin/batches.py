@@ -19,14 +19,19 @@ from django_hopper import api
 from django_hopper.admin.bulk import count_into
 from django_hopper.admin.common import (
     EMPTY,
+    AliasAdminMixin,
     FieldsetsViewAdmin,
     Outcomes,
     UUIDSearchMixin,
     admin_url,
     job_link,
+    on_alias,
     pretty,
+    request_alias,
+    row_alias,
     time_column,
 )
+from django_hopper.admin.filters import DatabaseFilter
 from django_hopper.admin.graph import dag_svg
 from django_hopper.batches import get_batch
 from django_hopper.exceptions import HopperError
@@ -50,8 +55,12 @@ class BatchCompletedFilter(admin.SimpleListFilter):
 
 
 @admin.register(Batch)
-class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
-    """Batches and workflows: progress, callbacks, metadata, and a workflow's graph."""
+class BatchAdmin(AliasAdminMixin, UUIDSearchMixin, FieldsetsViewAdmin):
+    """Batches and workflows: progress, callbacks, metadata, and a workflow's graph.
+
+    A batch or workflow lives on the database of its queues: the list shows
+    one alias at a time, and its page reads, links and acts on that alias.
+    """
 
     list_display = (
         "id",
@@ -63,7 +72,7 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
         "completed",
         "created",
     )
-    list_filter = (BatchCompletedFilter, "is_workflow")
+    list_filter = (DatabaseFilter, BatchCompletedFilter, "is_workflow")
     search_fields = ("name",)
     search_help_text = "A batch or workflow ID (exact), or part of a workflow's name."
     ordering = ("-id",)  # UUIDv7: newest first
@@ -95,7 +104,7 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
         """
         if obj.is_workflow:
             try:
-                wf = get_workflow(obj.id)
+                wf = get_workflow(obj.id, alias=row_alias(obj))
             except HopperError as exc:
                 return f"progress unavailable: {exc}"
             states = Counter(j.state for j in wf.jobs)
@@ -105,7 +114,7 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
             return f"{state}: {len(wf.jobs)} steps: {', '.join(parts) or 'none'}"
 
         try:
-            row = get_batch(obj.id)
+            row = get_batch(obj.id, alias=row_alias(obj))
         except HopperError as exc:
             return f"progress unavailable: {exc}"
         done = row.total - row.pending
@@ -119,7 +128,7 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
     def workflow_graph(self, obj: Batch) -> SafeString:
         """Draw the workflow's steps and edges as an SVG, each step linked to its job."""
         try:
-            wf = get_workflow(obj.id)
+            wf = get_workflow(obj.id, alias=row_alias(obj))
         except HopperError as exc:
             return format_html("<em>workflow unavailable: {}</em>", exc)
         return dag_svg(wf)
@@ -149,14 +158,17 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
         )
         context = {
             **(extra_context or {}),
-            "hopper_act_url": admin_url("batch", "act", object_id),
+            "hopper_act_url": on_alias(
+                admin_url("batch", "act", object_id), request_alias(request)
+            ),
             "hopper_can_operate": can,
         }
         return super().change_view(request, object_id, form_url, context)
 
     def act_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Retry a workflow's failed steps, or cancel its steps not yet finished."""
-        back = HttpResponseRedirect(admin_url("batch", "change", object_id))
+        alias = request_alias(request)  # the page's database: the workflow and its steps
+        back = HttpResponseRedirect(on_alias(admin_url("batch", "change", object_id), alias))
         if request.method != "POST":
             return back
         can = request.user.has_perm("django_hopper.change_job") and request.user.has_perm(
@@ -166,17 +178,17 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
             raise PermissionDenied
         verb = request.POST.get("verb")
         try:
-            wf = get_workflow(uuid.UUID(unquote(object_id)))
+            wf = get_workflow(uuid.UUID(unquote(object_id)), alias=alias)
         except (ValueError, HopperError) as exc:
             raise Http404(str(exc)) from None
         if verb == "retry_failed":
             ids = [j.id for j in wf.jobs if j.state in ("discarded", "canceled")]
             outcomes = Outcomes("retry failed steps of", "job")
-            count_into(outcomes, api.retry_jobs(ids))
+            count_into(outcomes, api.retry_jobs(ids, using=alias))
         elif verb == "cancel_rest":
             ids = [j.id for j in wf.jobs if j.state in LIVE_STATES]
             outcomes = Outcomes("cancel the rest of", "job")
-            count_into(outcomes, api.cancel_jobs(ids))
+            count_into(outcomes, api.cancel_jobs(ids, using=alias))
         else:
             raise Http404(f"no workflow action {verb!r}")
         if outcomes.total:
@@ -188,8 +200,9 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
     @admin.display(description="jobs")
     def jobs_links(self, obj: Batch) -> SafeString:
         """Link the batch's jobs in the live and the history lists."""
-        live = admin_url("job", "changelist") + f"?batch_id={obj.id}"
-        done = admin_url("jobhistory", "changelist") + f"?batch_id={obj.id}"
+        alias = row_alias(obj)
+        live = on_alias(admin_url("job", "changelist") + f"?batch_id={obj.id}", alias)
+        done = on_alias(admin_url("jobhistory", "changelist") + f"?batch_id={obj.id}", alias)
         return format_html(
             '<a href="{}">live jobs</a> &middot; <a href="{}">finished</a>', live, done
         )
@@ -222,8 +235,9 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
     @admin.display(description="steps")
     def workflow_steps(self, obj: Batch) -> SafeString:
         """Show each job of the workflow (step, state, link) and the jobs it runs after."""
+        alias = row_alias(obj)
         try:
-            wf = get_workflow(obj.id)
+            wf = get_workflow(obj.id, alias=alias)
         except HopperError as exc:
             return format_html("<em>workflow unavailable: {}</em>", exc)
         states = {j.id: j.state for j in wf.jobs}
@@ -240,7 +254,9 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
                 "{} &middot; on failure: {}{}",
                 (
                     (
-                        job_link(e.depends_on, states.get(e.depends_on), label(e.depends_on)),
+                        job_link(
+                            e.depends_on, states.get(e.depends_on), label(e.depends_on), alias
+                        ),
                         e.on_failure,
                         ", reads" if e.reads else "",
                     )
@@ -254,7 +270,7 @@ class BatchAdmin(UUIDSearchMixin, FieldsetsViewAdmin):
             (
                 (
                     wf.steps.get(j.id) or EMPTY,
-                    job_link(j.id, j.state),
+                    job_link(j.id, j.state, alias=alias),
                     j.kind,
                     j.queue,
                     after(j.id),

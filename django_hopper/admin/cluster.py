@@ -13,15 +13,19 @@ from django.utils.safestring import SafeString
 
 from django_hopper.admin.common import (
     ROW_EXTRA,
+    AliasAdminMixin,
     ReadOnlyAdmin,
     admin_url,
     bounded_stats,
     client_link,
+    on_alias,
     pretty,
     read_stats,
+    row_alias,
     row_extra_or_read,
     time_column,
 )
+from django_hopper.admin.filters import DatabaseFilter
 from django_hopper.models import (
     Client,
     Leader,
@@ -29,8 +33,14 @@ from django_hopper.models import (
 from django_hopper.types import Stats
 
 
-class LeaseAdmin(ReadOnlyAdmin):
-    """A read-only admin of rows holding a lease, whose liveness is read by database time."""
+class LeaseAdmin(AliasAdminMixin, ReadOnlyAdmin):
+    """A read-only admin of rows holding a lease, whose liveness is read by database time.
+
+    Each database has its own clients and leader: the list shows one alias at
+    a time (the database filter, hidden with one alias).
+    """
+
+    list_filter: Any = (DatabaseFilter,)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         """Read each lease's liveness by database time, the clock leases are granted by."""
@@ -66,13 +76,13 @@ class ClientAdmin(LeaseAdmin):
     started = time_column("started_at", "started at")
 
     def annotate_rows(self, request: HttpRequest, rows: list[Any]) -> None:
-        """Attach the leader and running counts from one stats read for the page."""
-        stats = read_stats(self, request)
+        """Attach the leader and running counts from one stats read of the page's alias."""
+        stats = read_stats(self, request, row_alias(rows[0]))
         for client in rows:
             setattr(client, ROW_EXTRA, stats)
 
     def _cluster(self, obj: Client) -> Stats:
-        stats: Stats = row_extra_or_read(obj, bounded_stats)
+        stats: Stats = row_extra_or_read(obj, lambda: bounded_stats(row_alias(obj)))
         return stats
 
     @admin.display(boolean=True, description="leader")
@@ -86,6 +96,7 @@ class ClientAdmin(LeaseAdmin):
         if not count:
             return format_html("{}", 0)
         url = admin_url("job", "changelist") + f"?state=running&attempted_by={obj.id}"
+        url = on_alias(url, row_alias(obj))  # the client's jobs are on its database
         return format_html('<a href="{}">{}</a>', url, count)
 
     @admin.display(description="info")
@@ -106,4 +117,4 @@ class LeaderAdmin(LeaseAdmin):
 
     @admin.display(description="client", ordering="client_id")
     def client(self, obj: Leader) -> SafeString:
-        return client_link(obj.client_id)
+        return client_link(obj.client_id, row_alias(obj))

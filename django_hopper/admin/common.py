@@ -30,6 +30,8 @@ from django_hopper.admin.pagination import (
     HopperChangeList,
     planner_estimates,
 )
+from django_hopper.engine import get_engine
+from django_hopper.engine.params import StatsBoundedParams
 from django_hopper.exceptions import HopperError
 from django_hopper.models import Job, JobHistory
 from django_hopper.types import FINAL_STATES, Stats
@@ -105,15 +107,47 @@ def request_alias(request: HttpRequest) -> str | None:
     return alias if alias in aliases and alias != aliases[0] else None
 
 
+def on_alias(url: str, alias: str | None) -> str:
+    """Name ``alias`` in an admin URL (``?database=``) when it is not ``DATABASE``.
+
+    A page on another alias links its rows' pages, lists and actions on that
+    alias; without it they would read ``DATABASE``, where the row is not.
+    """
+    if alias is None or alias == topology.aliases()[0]:
+        return url
+    return url + ("&" if "?" in url else "?") + urlencode({DATABASE_VAR: alias})
+
+
+def row_alias(obj: Model) -> str | None:
+    """Return the alias a row was read from when it is hopper's and not ``DATABASE``, else None."""
+    alias = obj._state.db
+    aliases = topology.aliases()
+    return alias if alias in aliases[1:] else None
+
+
+class AliasAdminMixin:
+    """Read the rows of the alias the request names (``?database=``), else ``DATABASE``'s.
+
+    With queues on several aliases each database has its own clients, leader,
+    batches and workflows; the admin shows one alias at a time (its
+    ``DatabaseFilter``), and the detail page and its buttons read and act on
+    the alias the page was opened on.
+    """
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        queryset: QuerySet[Any] = super().get_queryset(request)  # type: ignore[misc]
+        alias = request_alias(request)
+        return queryset if alias is None else queryset.using(alias)
+
+
 def job_url(job_id: uuid.UUID, state: str, alias: str | None = None) -> str:
     """Return the admin page of a job: history for finished states, live otherwise.
 
     ``alias`` (a job on another alias than ``DATABASE``) is named in the URL.
     """
-    url = admin_url("jobhistory" if state in FINAL_STATES else "job", "change", job_id)
-    if alias is not None and alias != topology.aliases()[0]:
-        url += "?" + urlencode({DATABASE_VAR: alias})
-    return url
+    return on_alias(
+        admin_url("jobhistory" if state in FINAL_STATES else "job", "change", job_id), alias
+    )
 
 
 def job_refs(
@@ -168,9 +202,10 @@ def job_link(
     return format_html('<a href="{}">{}</a> ({})', url, label or job_id, state)
 
 
-def client_link(client_id: Any) -> SafeString:
-    """Link a client's admin page."""
-    return format_html('<a href="{}">{}</a>', admin_url("client", "change", client_id), client_id)
+def client_link(client_id: Any, alias: str | None = None) -> SafeString:
+    """Link a client's admin page (on ``alias``: client IDs are numbered per database)."""
+    url = on_alias(admin_url("client", "change", client_id), alias)
+    return format_html('<a href="{}">{}</a>', url, client_id)
 
 
 def seconds_text(value: dt.timedelta | float | None) -> str:
@@ -186,16 +221,24 @@ def seconds_text(value: dt.timedelta | float | None) -> str:
 DEPTH_LIMIT = 1_000
 
 
-def bounded_stats() -> Stats:
+def bounded_stats(alias: str | None = None) -> Stats:
     """Read the cluster's stats with each depth counted up to ``DEPTH_LIMIT``: a page
-    reloaded every few seconds costs the same whatever the number of live jobs."""
-    return queues.stats(limit=DEPTH_LIMIT)
+    reloaded every few seconds costs the same whatever the number of live jobs.
+
+    With ``alias``, that database's alone: its own leader and running jobs by
+    client (client IDs are numbered per database), one query.
+    """
+    if alias is None:
+        return queues.stats(limit=DEPTH_LIMIT)
+    return get_engine(alias).stats_bounded(StatsBoundedParams(limit=DEPTH_LIMIT))
 
 
-def read_stats(model_admin: admin.ModelAdmin, request: HttpRequest) -> Stats:
+def read_stats(
+    model_admin: admin.ModelAdmin, request: HttpRequest, alias: str | None = None
+) -> Stats:
     """Read the cluster's stats once for a page; on failure say so and show no depths."""
     try:
-        return bounded_stats()
+        return bounded_stats(alias)
     except (HopperError, NotImplementedError) as exc:
         model_admin.message_user(request, f"Stats unavailable: {exc}", messages.WARNING)
         return Stats()

@@ -53,9 +53,9 @@ class DatabaseFilter(admin.SimpleListFilter):
 
     One alias at a time: a page stays one indexed query on one database
     (merging pages across databases would cost a query per alias and break
-    the paginator's count). The job admins' ``get_queryset`` applies the
-    choice, so that the job page, its actions and the bulk actions read and
-    act on the same alias. Hidden with one alias.
+    the paginator's count). The admin's ``get_queryset`` applies the choice
+    (``AliasAdminMixin``), so that the detail page, its actions and the bulk
+    actions read and act on the same alias. Hidden with one alias.
     """
 
     title = "database"

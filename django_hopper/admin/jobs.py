@@ -30,6 +30,7 @@ from django_hopper.admin.common import (
     job_link,
     job_refs,
     job_url,
+    on_alias,
     pretty,
     request_alias,
     row_extra,
@@ -307,11 +308,8 @@ class JobAdminBase(FieldsetsViewAdmin):
         if batch is None:
             return format_html("{} <em>(gone)</em>", obj.batch_id)
         what = f"workflow {batch.name}" if batch.is_workflow else "batch"
-        if alias is not None:  # the batch pages read DATABASE
-            return format_html("{} {} (database {})", what, batch.id, alias)
-        return format_html(
-            '<a href="{}">{} {}</a>', admin_url("batch", "change", batch.id), what, batch.id
-        )
+        url = on_alias(admin_url("batch", "change", batch.id), alias)  # on the job's database
+        return format_html('<a href="{}">{} {}</a>', url, what, batch.id)
 
     def _edges(self, pairs: list[tuple[uuid.UUID, str, bool]], alias: str | None) -> SafeString:
         """Render (job, on_failure, reads) edges as links to the jobs, with their steps."""
@@ -383,7 +381,7 @@ class JobAdminBase(FieldsetsViewAdmin):
     def held_by(self, obj: Job | JobHistory) -> SafeString | str:
         """Say who runs the job: a worker's client, or a job lease (a claim by ID, no client)."""
         if obj.attempted_by is not None:
-            return client_link(obj.attempted_by)
+            return client_link(obj.attempted_by, _other_alias(obj))
         if isinstance(obj, Job) and obj.state == JobState.RUNNING and obj.lease_expires_at:
             return "a job lease (claimed by ID: a request, command or cron holds it, no worker)"
         return EMPTY

@@ -344,6 +344,113 @@ def test_admin__a_workflow_jobs_page_links_its_steps_on_their_alias(alias: str, 
         assert f'href="{fetch_url}?database={alias}"' in body  # its dependency, on its alias
 
 
+def clients_on(alias: str, *hostnames: str, lead: bool = True) -> list[int]:
+    """Register live clients on ``alias``, the first elected its leader if ``lead``."""
+    import datetime as dt
+
+    from django_hopper.engine.params import ClientRegisterParams, LeaderParams
+
+    engine = get_engine(alias)
+    ttl = dt.timedelta(minutes=5)
+    ids = [engine.client_register(ClientRegisterParams(hostname=h, ttl=ttl)) for h in hostnames]
+    assert not lead or engine.leader_attempt(LeaderParams(client_id=ids[0], ttl=ttl))
+    return ids
+
+
+def test_admin_clients__offer_no_database_choice_with_one_alias(admin_client: Any):
+    clients_on("default", "main-host")
+
+    for name in ("client", "leader", "batch"):
+        body = admin_client.get(reverse(f"admin:django_hopper_{name}_changelist")).content
+        assert b"database=" not in body
+
+
+@pytest.mark.parametrize("alias", SECOND)
+def test_admin_clients__list_each_alias_clients_leader_and_running_jobs(
+    alias: str, admin_client: Any
+):
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    from django_hopper.engine.params import JobClaimParams
+
+    with placed(alias):
+        clients_on("default", "main-host")
+        (busy_client,) = clients_on(alias, "busy-host")
+        busy = jobs.add.using(queue="busy").enqueue(1, 2)
+        get_engine(alias).job_claim(JobClaimParams(queue="busy", client_id=busy_client, limit=1))
+        url = reverse("admin:django_hopper_client_changelist")
+
+        main = admin_client.get(url).content.decode()
+        assert "main-host" in main and "busy-host" not in main
+        assert f"?database={alias}" in main
+        other = admin_client.get(url, {"database": alias}).content.decode()
+        assert "busy-host" in other and "main-host" not in other
+        running = f"?state=running&amp;attempted_by={busy_client}&amp;database={alias}"
+        assert f'<a href="{reverse("admin:django_hopper_job_changelist")}{running}">1</a>' in other
+        assert other.count('alt="True"') == 2  # live, and the leader of its database
+        jobs_page = admin_client.get(
+            reverse("admin:django_hopper_job_changelist"),
+            {"state": "running", "attempted_by": busy_client, "database": alias},
+        )
+        assert str(busy.id) in jobs_page.content.decode()
+
+        page = reverse("admin:django_hopper_client_change", args=[busy_client])
+        detail = admin_client.get(page, {"database": alias})
+        assert detail.status_code == 200 and "busy-host" in detail.content.decode()
+
+        leaders = admin_client.get(
+            reverse("admin:django_hopper_leader_changelist"), {"database": alias}
+        ).content.decode()
+        assert f'href="{page}?database={alias}"' in leaders
+
+        def queries() -> int:
+            with (
+                CaptureQueriesContext(connections["default"]) as main_q,
+                CaptureQueriesContext(connections[alias]) as other_q,
+            ):
+                assert admin_client.get(url, {"database": alias}).status_code == 200
+            return len(main_q) + len(other_q)
+
+        one = queries()
+        clients_on(alias, "busy-2", "busy-3", lead=False)
+        assert queries() == one  # one stats read for the page, whatever its rows
+
+
+@pytest.mark.parametrize("alias", SECOND)
+def test_admin_batches__show_and_act_on_a_workflow_on_its_alias(alias: str, admin_client: Any):
+    from django_hopper import Workflow
+
+    with placed(alias):
+        wf = Workflow("placed-flow")
+        fetch = wf.add(jobs.wf_step.using(queue="busy"), "fetch", step="fetch")
+        wf.add(jobs.wf_step.using(queue="busy"), "parse", after=[fetch], step="parse")
+        handle = wf.enqueue()
+        url = reverse("admin:django_hopper_batch_changelist")
+
+        assert str(handle.id) not in admin_client.get(url).content.decode()
+        listed = admin_client.get(url, {"database": alias}).content.decode()
+        assert str(handle.id) in listed
+
+        page = reverse("admin:django_hopper_batch_change", args=[handle.id])
+        body = admin_client.get(page, {"database": alias}).content.decode()
+        assert "open: 2 steps: 1 available, 1 pending" in body
+        fetch_url = reverse("admin:django_hopper_job_change", args=[handle.jobs[0].id])
+        assert f'href="{fetch_url}?database={alias}"' in body
+        assert f"?batch_id={handle.id}&amp;database={alias}" in body
+        act = reverse("admin:django_hopper_batch_act", args=[handle.id])
+        assert f"{act}?database={alias}" in body
+
+        done = admin_client.post(f"{act}?database={alias}", {"verb": "cancel_rest"})
+        assert done["Location"] == f"{page}?database={alias}"
+        assert {get_engine(alias).job_get(j.id).state for j in handle.jobs} == {"canceled"}
+
+        job_page = admin_client.get(fetch_url, {"database": alias})
+        if job_page.status_code == 302:  # the canceled step moved to history
+            job_page = admin_client.get(job_page["Location"])
+        assert f'href="{page}?database={alias}">workflow placed-flow' in job_page.content.decode()
+
+
 class PlacedProcesses(Processes):
     """Worker processes that know every test database's name."""
 
