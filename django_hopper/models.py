@@ -238,6 +238,28 @@ class JobHistory(JobBase):
         ]
 
 
+class ResumableRun(Job):
+    """A live run of a ``@resumable`` kind: its job row, listed on its own admin page.
+
+    A proxy (no table): the admin lists runs by their step, cursor and pass
+    lease, which the job list does not show.
+    """
+
+    class Meta:
+        proxy = True
+        verbose_name = "resumable run"
+        verbose_name_plural = "resumable runs"
+
+
+class FinishedRun(JobHistory):
+    """A finished run of a ``@resumable`` kind (a proxy of history, no table)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "finished resumable run"
+        verbose_name_plural = "finished resumable runs"
+
+
 class Erasure(models.Model):
     """That a data subject's data was erased: when, and how many rows, never the data.
 

@@ -947,11 +947,19 @@ def list_runs(
     jobs_ = list_jobs(
         kinds=kinds, states=states, newest_first=newest_first, after=after, limit=limit
     )
-    rows = [run_row(job) for job in jobs_]
+    return with_pass_state([run_row(job) for job in jobs_], get_engine())
+
+
+def with_pass_state(rows: list[RunRow], engine: BaseEngine) -> list[RunRow]:
+    """Return the runs with each live one's admission misses and pass lease.
+
+    One read of the engine for the whole list (none when no run is live), so a
+    page of runs costs the same whatever its size.
+    """
     live = [r.id for r in rows if r.job.is_live]
     if not live:
         return rows
-    passes = {p.id: p for p in get_engine().job_pass_get_many(JobPassGetManyParams(ids=live))}
+    passes = {p.id: p for p in engine.job_pass_get_many(JobPassGetManyParams(ids=live))}
     return [
         dataclasses.replace(
             r,

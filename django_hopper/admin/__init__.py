@@ -1,6 +1,6 @@
 """The Django admin for hopper: jobs live and in history, queues, batches and
-workflows, clients and the leader, periodic jobs, subscriptions and stream
-consumers.
+workflows, resumable runs, clients and the leader, periodic jobs, subscriptions
+and stream consumers.
 
 Everything here is read-only through the ORM. The actions (retry, cancel,
 delete, pause, resume, set limits, run now, reset) call :mod:`django_hopper.api`,
@@ -11,6 +11,6 @@ written once, in the engine, and the admin can never take a shortcut around it.
 What the admin shows and does is described in docs/admin.md.
 """
 
-from django_hopper.admin import batches, cluster, jobs, periodic, pubsub, queues
+from django_hopper.admin import batches, cluster, jobs, periodic, pubsub, queues, runs
 
-__all__ = ["batches", "cluster", "jobs", "periodic", "pubsub", "queues"]
+__all__ = ["batches", "cluster", "jobs", "periodic", "pubsub", "queues", "runs"]

@@ -86,7 +86,7 @@ class StateFilter(EqualsFilter):
     field = "state"
 
     def choices_for(self, request: HttpRequest, model_admin: Any) -> list[str]:
-        return list(LIVE_STATES if model_admin.model is Job else FINAL_STATES)
+        return list(LIVE_STATES if issubclass(model_admin.model, Job) else FINAL_STATES)
 
 
 class QueueFilter(EqualsFilter):

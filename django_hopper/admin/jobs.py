@@ -96,7 +96,7 @@ class JobAdminBase(FieldsetsViewAdmin):
     list_per_page = 50
     #: The query parameters a page may filter by: each served by an index.
     FILTER_PARAMS = frozenset({"database", "state", "queue", "kind", "batch_id", "attempted_by"})
-    actions = ("retry_jobs", "cancel_jobs", "delete_jobs")
+    actions: tuple[str, ...] = ("retry_jobs", "cancel_jobs", "delete_jobs")
     fieldsets: Any = (
         (None, {"fields": ("id", "kind", "queue", "state", "priority", "attempts")}),
         (
