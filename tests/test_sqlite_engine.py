@@ -192,35 +192,6 @@ def test_sqlite__batches_take_a_fixed_number_of_statements(engine: BaseEngine) -
     )
 
 
-def _autocheckpoint() -> int:
-    with connection.cursor() as c:
-        c.execute("PRAGMA wal_autocheckpoint")
-        return int(c.fetchone()[0])
-
-
-@pytest.mark.parametrize("limited", [False, True])
-def test_sqlite__a_claiming_connection_leaves_wal_checkpoints_to_the_others(
-    tx_engine: BaseEngine, limited: bool
-) -> None:
-    engine = tx_engine
-    connection.close()  # a connection that has not claimed yet
-    now = engine.now()
-    client = engine.client_register(ClientRegisterParams("h", dt.timedelta(hours=1), now=now))
-    engine.job_insert_many([JobInsertParams(kind="k", queue="ck")], JobInsertOpts(now=now))
-    before = _autocheckpoint()
-    assert before > 0  # the application's setting (SQLite's default: 1000 pages)
-    claimed = engine.job_claim(
-        JobClaimParams(queue="ck", client_id=client, limit=1, limited=limited, now=now)
-    ).jobs
-    assert len(claimed) == 1
-    assert _autocheckpoint() == 0
-    other = sqlite3.connect(connection.settings_dict["NAME"])
-    try:
-        assert int(other.execute("PRAGMA wal_autocheckpoint").fetchone()[0]) == before
-    finally:
-        other.close()
-
-
 def test_sqlite__a_refused_retry_leaves_the_callers_transaction_usable(
     engine: BaseEngine,
 ) -> None:

@@ -235,7 +235,7 @@ class JobsMixin(SQLiteSupport):
     @translate_errors
     def _job_claim(self, params: JobClaimParams) -> JobClaimResult:
         """Promote the queue's due jobs and claim the best ones, in one transaction."""
-        with self._atomic(), self._claim_cursor() as c:
+        with self._atomic(), self._cursor() as c:
             # Read the clock under the write lock (BEGIN IMMEDIATE), so that
             # database time follows the order in which writers commit.
             _, now_s = self._now(params.now)

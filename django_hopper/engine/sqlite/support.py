@@ -157,23 +157,6 @@ class SQLiteSupport(BaseEngine):
             wrapper._hopper_functions_on = raw
         return cursor
 
-    def _claim_cursor(self) -> CursorWrapper:
-        """Return :meth:`_cursor`, its connection set to leave WAL checkpoints to others.
-
-        Set once per connection (``job_claim.defer_checkpoints``): the claim
-        is what holds a worker's slots, so the copy of the WAL into the
-        database happens on the commits of its other connections instead
-        (its completer's, every batch). Every other connection keeps the
-        application's ``wal_autocheckpoint``, so the WAL stays bounded.
-        """
-        cursor = self._cursor()
-        wrapper = self.connection
-        raw = wrapper.connection
-        if getattr(wrapper, "_hopper_claims_on", None) is not raw:
-            cursor.execute(Q["job_claim.defer_checkpoints"])
-            wrapper._hopper_claims_on = raw
-        return cursor
-
     @contextmanager
     def _short_lock_wait(self, cursor: CursorWrapper, prefix: str) -> Iterator[None]:
         """Lower the busy timeout while a statement that must not wait runs.

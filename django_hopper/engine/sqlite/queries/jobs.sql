@@ -107,14 +107,6 @@ WHERE hopper_job.kind = r.kind
   AND hopper_job.state <> 'running';
 
 
--- name: job_claim.defer_checkpoints
--- A connection that claims never runs the WAL's automatic checkpoint: a commit
--- that crosses wal_autocheckpoint pages copies the WAL back into the database
--- (and syncs it) before it returns, which on a claim holds the claimed jobs'
--- slots that much longer. The other connections (the worker's completer
--- commits every batch of results) keep their setting and checkpoint instead.
-PRAGMA wal_autocheckpoint = 0;
-
 -- name: job_claim.promote
 -- The claim's first step: due scheduled and retryable jobs of the queue become available.
 UPDATE hopper_job
