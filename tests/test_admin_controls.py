@@ -362,6 +362,8 @@ def test_admin__no_hopper_model_can_be_added_or_deleted_through_the_orm(
         "leader",
         "periodicregistration",
         "periodicslot",
+        "resumablerun",
+        "finishedrun",
     }
     for model in models:
         name = model._meta.model_name

@@ -13,6 +13,7 @@ job actions (retry, cancel), through the same bulk api.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -20,7 +21,8 @@ from django.contrib import admin
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.timezone import is_aware, localtime
 
 from django_hopper import registry, runs
 from django_hopper.admin.common import (
@@ -40,7 +42,12 @@ from django_hopper.models import FinishedRun, ResumableRun
 #: The attribute of a listed row holding its ``RunRow``.
 RUN = "_hopper_run"
 #: How much of a cursor a list cell shows (the whole is on hover).
-CURSOR_SHOWN = 60
+CURSOR_SHOWN = 30
+
+
+def clock_text(value: dt.datetime) -> str:
+    """Render a time of day to the second in the current time zone (a list cell)."""
+    return localtime(value).strftime("%H:%M:%S") if is_aware(value) else str(value)
 
 
 def run_of(obj: Model) -> runs.RunRow | None:
@@ -65,12 +72,9 @@ class RunAdminBase(JobAdminBase):
     list_display: tuple[str, ...] = (
         "run_id",
         "kind_text",
-        "instance",
         "state",
-        "step_text",
         "cursor_text",
         "passes_text",
-        "misses_text",
         "pass_lease",
         "erased_text",
     )
@@ -117,38 +121,35 @@ class RunAdminBase(JobAdminBase):
             '<a href="{}" title="{}">{}&hellip;{}</a>', url, text, text[:8], text[-4:]
         )
 
-    @admin.display(description="instance")
-    def instance(self, obj: Model) -> str:
-        """Show what the run walks (its unique key without the kind), or its whole key."""
+    @admin.display(description="instance / kind")
+    def kind_text(self, obj: Model) -> SafeString:
+        """Show what the run walks (its unique key without the kind, or its whole key)
+        over its kind, and under them why the run does not decode, if it does not."""
+        run = run_of(obj)
+        instance = (run.instance or run.job.unique_key) if run else None
+        kind = super().kind_text(obj)  # type: ignore[arg-type]
+        return format_html("<strong>{}</strong><br>{}", instance or EMPTY, kind)
+
+    @admin.display(description="step / cursor")
+    def cursor_text(self, obj: Model) -> SafeString | str:
+        """Show the last step the run recorded (when, on hover) over its committed cursor,
+        cut short (the whole on hover); "done" once the finishing pass committed."""
         run = run_of(obj)
         if run is None:
             return EMPTY
-        if run.instance is not None:
-            return run.instance
-        return run.job.unique_key or EMPTY
-
-    @admin.display(description="step")
-    def step_text(self, obj: Model) -> str:
-        """Show the last step the run recorded, and when."""
-        run = run_of(obj)
-        progress = run.job.progress if run else None
-        if progress is None:
-            return EMPTY
-        at = f" at {time_text(progress.recorded_at)}" if progress.recorded_at else ""
-        return f"{progress.step or EMPTY}{at}"
-
-    @admin.display(description="cursor")
-    def cursor_text(self, obj: Model) -> SafeString | str:
-        """Show the committed cursor, cut short (the whole on hover); "done" once finished."""
-        run = run_of(obj)
-        if run is None or (run.cursor is None and not run.done):
-            return EMPTY
+        progress = run.job.progress
+        step = mark_safe(EMPTY)
+        if progress is not None:
+            at = time_text(progress.recorded_at)
+            step = format_html('<span title="{}">{}</span>', at, progress.step or EMPTY)
+        if run.cursor is None and not run.done:
+            return format_html("{}<br>{}", step, EMPTY)
         text = json.dumps(run.cursor, sort_keys=True, ensure_ascii=False, default=str)
         short = text if len(text) <= CURSOR_SHOWN else text[: CURSOR_SHOWN - 3] + "..."
         done = " (done)" if run.done else ""
-        return format_html('<code title="{}">{}</code>{}', text, short, done)
+        return format_html('{}<br><code title="{}">{}</code>{}', step, text, short, done)
 
-    @admin.display(description="passes / attempt")
+    @admin.display(description="passes / tries")
     def passes_text(self, obj: Model) -> str:
         """Show the committed passes, and the failed passes since the last commit."""
         run = run_of(obj)
@@ -156,28 +157,38 @@ class RunAdminBase(JobAdminBase):
             return EMPTY
         return f"{run.passes} / {run.attempt} of {run.job.max_attempts}"
 
-    @admin.display(description="admission misses")
-    def misses_text(self, obj: Model) -> str:
-        """Count the consecutive claims that did not begin their pass (live runs)."""
+    @admin.display(description="pass lease / misses")
+    def pass_lease(self, obj: Model) -> SafeString | str:
+        """Say when the current pass began and when its lease expires (database times,
+        the date on hover), and the run's admission misses: consecutive claims that
+        did not begin their pass."""
         run = run_of(obj)
-        return str(run.admission_misses) if run else EMPTY
-
-    @admin.display(description="pass lease")
-    def pass_lease(self, obj: Model) -> str:
-        """Say when the current pass began and when its lease expires (database times)."""
-        run = run_of(obj)
-        if run is None or run.lease_expires_at is None:
+        if run is None:
             return EMPTY
-        began = f"began {time_text(run.pass_began_at)}" if run.pass_began_at else "not begun"
-        return f"{began}, expires {time_text(run.lease_expires_at)}"
+        misses = format_html(
+            '<span class="hopper-run-misses">{} {}</span>',
+            run.admission_misses,
+            "miss" if run.admission_misses == 1 else "misses",
+        )
+        if run.lease_expires_at is None:
+            return misses if run.admission_misses else EMPTY
+        began = run.pass_began_at
+        return format_html(
+            '<span title="{} / {}">{}<br>expires {}</span><br>{}',
+            time_text(began),
+            time_text(run.lease_expires_at),
+            f"began {clock_text(began)}" if began else "not begun",
+            clock_text(run.lease_expires_at),
+            misses,
+        )
 
     @admin.display(description="erased")
-    def erased_text(self, obj: Model) -> str:
+    def erased_text(self, obj: Model) -> SafeString | str:
         """Say when the run's data was erased (erase_subject), if it was."""
         run = run_of(obj)
         if run is None or run.erased_at is None:
             return "no"
-        return f"at {time_text(run.erased_at)}"
+        return format_html('<span title="{}">yes</span>', time_text(run.erased_at))
 
 
 @admin.register(ResumableRun)
@@ -190,7 +201,7 @@ class FinishedRunAdmin(RunAdminBase):
     """Finished runs: completed, canceled or discarded."""
 
     list_display = (
-        *RunAdminBase.list_display[:7],
+        *RunAdminBase.list_display[:5],
         "finalized",
         "erased_text",
     )

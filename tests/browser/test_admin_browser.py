@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
@@ -11,9 +12,11 @@ from django_hopper import api, append, consume, queues
 from django_hopper.engine import get_engine
 from django_hopper.models import Job, JobHistory
 from tests.browser.conftest import login, shot
+from tests.engine_conformance.support import store_raw
 from tests.test_admin import completed_job, discarded_job
 from tests.test_admin_controls import two_step_workflow
 from tests.testapp import jobs as testjobs
+from tests.testapp.resumable_jobs import rs_pages
 
 pytestmark = pytest.mark.browser
 
@@ -67,6 +70,37 @@ def test_job_list__filters_and_fits_the_window(page: Any, superuser: Any) -> Non
     box = id_text.bounding_box()
     assert box is not None and box["height"] < 40  # an ID on one line
     shot(page, "jobs")
+
+
+def test_run_list__shows_a_run_that_does_not_decode_in_red_and_fits_the_window(
+    page: Any, superuser: Any
+) -> None:
+    walking = rs_pages.start(40, instance="supplier-17")
+    rs_pages.start(40, instance="supplier-18")
+    garbled = rs_pages.start(40, instance="supplier-19")
+    store_raw(
+        walking.id,
+        "progress",
+        '{"step": "pass", "cursor": {"cursor": {"page": 12, "after": "sku-88120"},'
+        ' "counters": {"rows": 1200}, "passes": 12}, "at": "2026-12-01T10:00:00+00:00"}',
+    )
+    store_raw(garbled.id, "progress", '"halfway"')
+    now = get_engine().now()
+    Job.objects.filter(id=walking.id).update(
+        admission_misses=1, lease_began_at=now, lease_expires_at=now + dt.timedelta(minutes=5)
+    )
+    login(page, "boss")
+    page.goto("/admin/django_hopper/resumablerun/")
+    assert page.locator("#result_list tbody tr").count() == 3
+    error = page.locator(".hopper-decode-error")
+    assert error.count() == 1 and "progress" in error.inner_text()
+    assert error.evaluate("e => getComputedStyle(e).color") != page.locator(
+        ".field-state"
+    ).first.evaluate("e => getComputedStyle(e).color")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    results = page.locator("div.results")
+    assert results.evaluate("e => e.scrollWidth <= e.clientWidth")  # every column shows
+    shot(page, "runs")
 
 
 def test_job_page__cancel_then_retry_with_the_buttons(page: Any, superuser: Any) -> None:
