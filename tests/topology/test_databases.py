@@ -398,6 +398,10 @@ def test_admin_clients__list_each_alias_clients_leader_and_running_jobs(
         page = reverse("admin:django_hopper_client_change", args=[busy_client])
         detail = admin_client.get(page, {"database": alias})
         assert detail.status_code == 200 and "busy-host" in detail.content.decode()
+        job_page = admin_client.get(
+            reverse("admin:django_hopper_job_change", args=[busy.id]), {"database": alias}
+        ).content.decode()
+        assert f'href="{page}?database={alias}"' in job_page  # held by the client of its alias
 
         leaders = admin_client.get(
             reverse("admin:django_hopper_leader_changelist"), {"database": alias}
@@ -419,6 +423,8 @@ def test_admin_clients__list_each_alias_clients_leader_and_running_jobs(
 
 @pytest.mark.parametrize("alias", SECOND)
 def test_admin_batches__show_and_act_on_a_workflow_on_its_alias(alias: str, admin_client: Any):
+    from django.test.utils import CaptureQueriesContext
+
     from django_hopper import Workflow
 
     with placed(alias):
@@ -429,8 +435,16 @@ def test_admin_batches__show_and_act_on_a_workflow_on_its_alias(alias: str, admi
         url = reverse("admin:django_hopper_batch_changelist")
 
         assert str(handle.id) not in admin_client.get(url).content.decode()
-        listed = admin_client.get(url, {"database": alias}).content.decode()
+        with CaptureQueriesContext(connections[alias]) as one:
+            listed = admin_client.get(url, {"database": alias}).content.decode()
         assert str(handle.id) in listed
+        more = [Workflow(f"more-{i}") for i in range(3)]
+        for flow in more:
+            flow.add(jobs.wf_step.using(queue="busy"), "x", step="x")
+            flow.enqueue()
+        with CaptureQueriesContext(connections[alias]) as four:
+            assert admin_client.get(url, {"database": alias}).status_code == 200
+        assert len(four) == len(one)  # the page's rows, read in one query whatever their number
 
         page = reverse("admin:django_hopper_batch_change", args=[handle.id])
         body = admin_client.get(page, {"database": alias}).content.decode()
