@@ -33,6 +33,7 @@ from django_hopper.admin.common import (
     on_alias,
     pretty,
     request_alias,
+    row_alias,
     row_extra,
     row_extra_or_read,
     seconds_text,
@@ -67,10 +68,8 @@ def _alias_of(obj: Model) -> str | None:
     return alias if alias in topology.aliases() else None
 
 
-def _other_alias(obj: Model) -> str | None:
-    """Return the alias a job row was read from when it is not ``DATABASE``, else None."""
-    alias = _alias_of(obj)
-    return alias if alias is not None and alias != topology.aliases()[0] else None
+#: The alias a job row was read from when it is not ``DATABASE``, else None.
+_other_alias = row_alias
 
 
 class JobAdminBase(FieldsetsViewAdmin):
