@@ -246,6 +246,10 @@ def test_stats__reads_each_queues_depth_on_its_alias(alias: str):
         depths = queues.stats().queues
         assert depths["busy"].available == 3
         assert depths["default"].available == 1
+        # Bounded, each alias's counts stop at the limit and say so.
+        bounded = queues.stats(limit=2).queues
+        assert (bounded["busy"].available, bounded["busy"].capped) == (2, ("available",))
+        assert (bounded["default"].available, bounded["default"].capped) == (1, ())
 
 
 @pytest.mark.parametrize("alias", SECOND)
