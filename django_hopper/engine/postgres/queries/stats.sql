@@ -1,24 +1,11 @@
 -- Stats of the PostgreSQL engine.
 
--- name: stats
--- Per queue: depths by state, the oldest claimable job's age, completions in
--- the last minute (history by finalized_at, plus what live clients report of
--- the jobs they completed without archiving) and the pause. Queues known from
--- their row, their live jobs or their recent completions.
-WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
-live AS (
-    SELECT j.queue,
-           count(*) FILTER (WHERE j.state = 'available') AS available,
-           count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
-           count(*) FILTER (WHERE j.state = 'retryable') AS retryable,
-           count(*) FILTER (WHERE j.state = 'running') AS running,
-           min(j.scheduled_at) FILTER (
-               WHERE j.state IN ('available', 'scheduled', 'retryable')
-                 AND j.scheduled_at <= c.now
-                 AND (j.expires_at IS NULL OR j.expires_at > c.now)) AS oldest
-    FROM hopper_job j, clock c
-    GROUP BY j.queue
-),
+-- fragment: stats_by_queue
+-- The per-queue result both stats queries end with: completions in the last
+-- minute (history by finalized_at, plus what live clients report of the jobs
+-- they completed without archiving), the queue names and the final select.
+-- The query before it defines clock, live(queue, available, scheduled,
+-- retryable, running) and oldest(queue, at).
 done AS (
     SELECT h.queue, count(*) AS completed
     FROM hopper_job_history h, clock c
@@ -45,16 +32,41 @@ names AS (
 SELECT n.queue,
        coalesce(l.available, 0), coalesce(l.scheduled, 0), coalesce(l.retryable, 0),
        coalesce(l.running, 0),
-       CASE WHEN l.oldest IS NULL THEN interval '0' ELSE greatest(c.now - l.oldest, interval '0') END,
+       CASE WHEN o.at IS NULL THEN interval '0' ELSE greatest(c.now - o.at, interval '0') END,
        coalesce(d.completed, 0) + coalesce(r.completed, 0),
        coalesce(q.paused_at IS NOT NULL, false)
 FROM names n
 CROSS JOIN clock c
 LEFT JOIN live l ON l.queue = n.queue
+LEFT JOIN oldest o ON o.queue = n.queue
 LEFT JOIN done d ON d.queue = n.queue
 LEFT JOIN reported r ON r.queue = n.queue
 LEFT JOIN hopper_queue q ON q.name = n.queue
 ORDER BY n.queue
+
+-- name: stats
+-- Per queue: depths by state, the oldest claimable job's age, completions in
+-- the last minute (history by finalized_at, plus what live clients report of
+-- the jobs they completed without archiving) and the pause. Queues known from
+-- their row, their live jobs or their recent completions.
+WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now),
+live AS (
+    SELECT j.queue,
+           count(*) FILTER (WHERE j.state = 'available') AS available,
+           count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
+           count(*) FILTER (WHERE j.state = 'retryable') AS retryable,
+           count(*) FILTER (WHERE j.state = 'running') AS running,
+           min(j.scheduled_at) FILTER (
+               WHERE j.state IN ('available', 'scheduled', 'retryable')
+                 AND j.scheduled_at <= c.now
+                 AND (j.expires_at IS NULL OR j.expires_at > c.now)) AS oldest
+    FROM hopper_job j, clock c
+    GROUP BY j.queue
+),
+oldest AS (
+    SELECT queue, oldest AS at FROM live
+),
+{stats_by_queue}
 
 -- name: stats.cluster
 -- Live clients, the unexpired leader and running jobs per client.
@@ -170,39 +182,4 @@ live AS (
     FROM counted
     GROUP BY queue
 ),
-done AS (
-    SELECT h.queue, count(*) AS completed
-    FROM hopper_job_history h, clock c
-    WHERE h.finalized_at > c.now - interval '1 minute' AND h.finalized_at <= c.now
-      AND h.state = 'completed'
-    GROUP BY h.queue
-),
-reported AS (
-    SELECT e.key AS queue, sum(e.value::bigint) AS completed
-    FROM hopper_client cl
-    CROSS JOIN clock c
-    CROSS JOIN LATERAL jsonb_each_text(cl.completed) e
-    WHERE cl.expires_at > c.now AND jsonb_typeof(cl.completed) = 'object'
-      AND e.value ~ '^[0-9]+$'
-    GROUP BY e.key
-),
-names AS (
-    SELECT name AS queue FROM hopper_queue
-    UNION SELECT queue FROM counted
-    UNION SELECT queue FROM done
-    UNION SELECT queue FROM reported
-)
-SELECT n.queue,
-       coalesce(l.available, 0), coalesce(l.scheduled, 0), coalesce(l.retryable, 0),
-       coalesce(l.running, 0),
-       CASE WHEN o.at IS NULL THEN interval '0' ELSE greatest(c.now - o.at, interval '0') END,
-       coalesce(d.completed, 0) + coalesce(r.completed, 0),
-       coalesce(q.paused_at IS NOT NULL, false)
-FROM names n
-CROSS JOIN clock c
-LEFT JOIN live l ON l.queue = n.queue
-LEFT JOIN oldest o ON o.queue = n.queue
-LEFT JOIN done d ON d.queue = n.queue
-LEFT JOIN reported r ON r.queue = n.queue
-LEFT JOIN hopper_queue q ON q.name = n.queue
-ORDER BY n.queue
+{stats_by_queue}

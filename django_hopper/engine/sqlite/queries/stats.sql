@@ -1,5 +1,41 @@
 -- Stats of the SQLite engine.
 
+-- fragment: stats_by_queue
+-- The per-queue result both stats queries end with: completions in the last
+-- minute (history by finalized_at, plus what live clients report of the jobs
+-- they completed without archiving), the queue names and the final select.
+-- The query before it defines live(queue, available, scheduled, retryable,
+-- running) and oldest(queue, at).
+done AS (
+    -- The last minute by the finalized_at index (+state: never the state index,
+    -- which would read every completed job).
+    SELECT queue, count(*) AS completed
+    FROM hopper_job_history
+    WHERE finalized_at > %(minute_ago)s AND finalized_at <= %(now)s AND +state = 'completed'
+    GROUP BY queue),
+reported AS (
+    -- Completions not archived: each live client reports its own last minute.
+    SELECT e.key AS queue, sum(e.value) AS completed
+    FROM hopper_client cl, json_each(cl.completed) e
+    WHERE cl.expires_at > %(now)s AND json_valid(cl.completed)
+      AND json_type(cl.completed) = 'object' AND e.type = 'integer'
+    GROUP BY e.key),
+names AS (
+    SELECT name AS queue FROM hopper_queue
+    UNION SELECT queue FROM live
+    UNION SELECT queue FROM done
+    UNION SELECT queue FROM reported)
+SELECT n.queue, coalesce(l.available, 0), coalesce(l.scheduled, 0), coalesce(l.retryable, 0),
+       coalesce(l.running, 0), o.at, coalesce(d.completed, 0) + coalesce(r.completed, 0),
+       coalesce(q.paused_at IS NOT NULL, 0)
+FROM names n
+LEFT JOIN live l ON l.queue = n.queue
+LEFT JOIN oldest o ON o.queue = n.queue
+LEFT JOIN done d ON d.queue = n.queue
+LEFT JOIN reported r ON r.queue = n.queue
+LEFT JOIN hopper_queue q ON q.name = n.queue
+ORDER BY n.queue
+
 -- name: stats
 -- Per queue: depths by state, the oldest claimable job's schedule, completions in
 -- the last minute and the pause; queues known from their row, live jobs or history.
@@ -15,32 +51,9 @@ WITH live AS (
                     THEN scheduled_at END) AS oldest
     FROM hopper_job
     GROUP BY queue),
-done AS (
-    SELECT queue, count(*) AS completed
-    FROM hopper_job_history
-    WHERE finalized_at > %(minute_ago)s AND finalized_at <= %(now)s AND state = 'completed'
-    GROUP BY queue),
-reported AS (
-    -- Completions not archived: each live client reports its own last minute.
-    SELECT e.key AS queue, sum(e.value) AS completed
-    FROM hopper_client cl, json_each(cl.completed) e
-    WHERE cl.expires_at > %(now)s AND json_valid(cl.completed)
-      AND json_type(cl.completed) = 'object' AND e.type = 'integer'
-    GROUP BY e.key),
-names AS (
-    SELECT name AS queue FROM hopper_queue
-    UNION SELECT queue FROM live
-    UNION SELECT queue FROM done
-    UNION SELECT queue FROM reported)
-SELECT n.queue, coalesce(l.available, 0), coalesce(l.scheduled, 0), coalesce(l.retryable, 0),
-       coalesce(l.running, 0), l.oldest, coalesce(d.completed, 0) + coalesce(r.completed, 0),
-       coalesce(q.paused_at IS NOT NULL, 0)
-FROM names n
-LEFT JOIN live l ON l.queue = n.queue
-LEFT JOIN done d ON d.queue = n.queue
-LEFT JOIN reported r ON r.queue = n.queue
-LEFT JOIN hopper_queue q ON q.name = n.queue
-ORDER BY n.queue;
+oldest AS (
+    SELECT queue, oldest AS at FROM live),
+{stats_by_queue};
 
 -- name: stats.clients
 SELECT (SELECT count(*) FROM hopper_client WHERE expires_at > %(now)s),
@@ -145,31 +158,4 @@ live AS (
            sum(CASE WHEN state = 'running' THEN n ELSE 0 END) AS running
     FROM counted
     GROUP BY queue),
-done AS (
-    -- The last minute by the finalized_at index (+state: never the state index,
-    -- which would read every completed job).
-    SELECT queue, count(*) AS completed
-    FROM hopper_job_history
-    WHERE finalized_at > %(minute_ago)s AND finalized_at <= %(now)s AND +state = 'completed'
-    GROUP BY queue),
-reported AS (
-    SELECT e.key AS queue, sum(e.value) AS completed
-    FROM hopper_client cl, json_each(cl.completed) e
-    WHERE cl.expires_at > %(now)s AND json_valid(cl.completed)
-      AND json_type(cl.completed) = 'object' AND e.type = 'integer'
-    GROUP BY e.key),
-names AS (
-    SELECT name AS queue FROM hopper_queue
-    UNION SELECT queue FROM counted
-    UNION SELECT queue FROM done
-    UNION SELECT queue FROM reported)
-SELECT n.queue, coalesce(l.available, 0), coalesce(l.scheduled, 0), coalesce(l.retryable, 0),
-       coalesce(l.running, 0), o.at, coalesce(d.completed, 0) + coalesce(r.completed, 0),
-       coalesce(q.paused_at IS NOT NULL, 0)
-FROM names n
-LEFT JOIN live l ON l.queue = n.queue
-LEFT JOIN oldest o ON o.queue = n.queue
-LEFT JOIN done d ON d.queue = n.queue
-LEFT JOIN reported r ON r.queue = n.queue
-LEFT JOIN hopper_queue q ON q.name = n.queue
-ORDER BY n.queue;
+{stats_by_queue};
