@@ -198,6 +198,25 @@ def rescued_state(job: JobRow) -> str:
     return JobState.RETRYABLE
 
 
+def attempt_error(
+    job: JobRow, error: str, *, rescue: str = "", trace: str = "", by: int | None = None
+) -> AttemptError:
+    """Return the error entry that ends an attempt of ``job``, fenced to its claim.
+
+    ``at`` is left for the engine to set from database time; ``by`` is the
+    client whose attempt it was (None when no claimed attempt ran).
+    """
+    return AttemptError(
+        at=None,
+        attempt=job.attempt,
+        error=error,
+        fence=job.fence,
+        trace=trace,
+        rescue=rescue,
+        by=by,
+    )
+
+
 def lease_expiry_result(job: JobRow, token: JobID) -> JobFinalize:
     """Return how an expired lease ends ``job``'s attempt: the rule, written once.
 
@@ -205,13 +224,7 @@ def lease_expiry_result(job: JobRow, token: JobID) -> JobFinalize:
     else retryable at once (the holder is gone; a backoff would only delay the
     takeover). Fenced to the lease, so a holder that finishes first wins.
     """
-    err = AttemptError(
-        at=None,
-        attempt=job.attempt,
-        error=LEASE_EXPIRED_ERROR,
-        fence=job.fence,
-        rescue=RescueReason.LEASE_EXPIRED,
-    )
+    err = attempt_error(job, LEASE_EXPIRED_ERROR, rescue=RescueReason.LEASE_EXPIRED)
     return JobFinalize(
         id=job.id,
         attempted_by=None,
@@ -292,11 +305,9 @@ def admission_miss_result(
             else f"{LEASE_TOO_SHORT_ERROR}: {misses} consecutive claims did not begin "
             f"their pass (the last: {reason})"
         )
-        err = AttemptError(
-            at=None,
-            attempt=job.attempt,
-            error=error,
-            fence=job.fence,
+        err = attempt_error(
+            job,
+            error,
             rescue=RescueReason.CANCELED if canceled else RescueReason.ADMISSION_MISSED,
             by=job.attempted_by,
         )
@@ -334,13 +345,8 @@ def pass_takeover_result(
         return admission_miss_result(
             job, misses, max_misses, "its lease expired before the pass began", token
         )
-    err = AttemptError(
-        at=None,
-        attempt=job.attempt,
-        error=PASS_LEASE_EXPIRED_ERROR,
-        fence=job.fence,
-        rescue=RescueReason.LEASE_EXPIRED,
-        by=job.attempted_by,
+    err = attempt_error(
+        job, PASS_LEASE_EXPIRED_ERROR, rescue=RescueReason.LEASE_EXPIRED, by=job.attempted_by
     )
     return JobFinalize(
         id=job.id,

@@ -27,13 +27,13 @@ from django_hopper.engine.params import (
     StreamPruneParams,
     WorkflowPromoteParams,
 )
-from django_hopper.engine.rules import rescued_state
+from django_hopper.engine.rules import attempt_error, rescued_state
 from django_hopper.engine.topics import pattern_matches
 from django_hopper.maintenance.base import Service
 from django_hopper.maintenance.history import HistoryIndexer, HistoryPruner, Vacuumer
 from django_hopper.maintenance.periodic import PeriodicEnqueuer
 from django_hopper.retry import backoff
-from django_hopper.types import AttemptError, JobState, RescueReason
+from django_hopper.types import JobState, RescueReason
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
@@ -69,14 +69,7 @@ class Rescuer(Service):
         else:
             reason = RescueReason.CLIENT_EXPIRED
             message = f"the worker (client {job.attempted_by}) stopped renewing its lease"
-        error = AttemptError(
-            at=None,
-            attempt=job.attempt,
-            error=message,
-            fence=job.fence,
-            rescue=reason,
-            by=job.attempted_by,
-        )
+        error = attempt_error(job, message, rescue=reason, by=job.attempted_by)
         state = rescued_state(job)
         return JobFinalize(
             id=job.id,

@@ -46,9 +46,10 @@ from django_hopper import signals, validation
 from django_hopper.conf import hopper_settings
 from django_hopper.context import AttemptSettled, JobContext, JobDiscard, JobSnooze
 from django_hopper.engine.params import JobFinalize, JobFinalizeParams
+from django_hopper.engine.rules import attempt_error
 from django_hopper.exceptions import InvalidJob, JobCanceled, JobFenced
 from django_hopper.retry import backoff
-from django_hopper.types import AttemptError, JobState, RescueReason
+from django_hopper.types import JobState, RescueReason
 from django_hopper.worker.completer import settle_finished
 from django_hopper.worker.db import close_thread_connections
 from django_hopper.worker.logs import JobLogger, job_logger
@@ -90,15 +91,7 @@ def failed(
     job: JobRow, error: str, trace: str = "", log: str | None = None, rescue: str = ""
 ) -> JobFinalize:
     """Return a failed attempt's result: retry after backoff, or discard when out of attempts."""
-    err = AttemptError(
-        at=None,
-        attempt=job.attempt,
-        error=error,
-        fence=job.fence,
-        trace=trace,
-        rescue=rescue,
-        by=job.attempted_by,
-    )
+    err = attempt_error(job, error, trace=trace, rescue=rescue, by=job.attempted_by)
     if job.attempt >= job.max_attempts:
         return JobFinalize(
             id=job.id,
@@ -121,14 +114,7 @@ def failed(
 
 def discarded(job: JobRow, error: str, trace: str = "", log: str | None = None) -> JobFinalize:
     """Return the result of an attempt that raised JobDiscard: discarded now."""
-    err = AttemptError(
-        at=None,
-        attempt=job.attempt,
-        error=error,
-        fence=job.fence,
-        trace=trace,
-        by=job.attempted_by,
-    )
+    err = attempt_error(job, error, trace=trace, by=job.attempted_by)
     return JobFinalize(
         id=job.id,
         attempted_by=job.attempted_by,
@@ -155,14 +141,7 @@ def snoozed(job: JobRow, snooze: JobSnooze, log: str | None = None) -> JobFinali
 
 def canceled(job: JobRow, log: str | None = None, error: str = "canceled") -> JobFinalize:
     """Return the result of an attempt that stopped because its cancellation was requested."""
-    err = AttemptError(
-        at=None,
-        attempt=job.attempt,
-        error=error,
-        fence=job.fence,
-        rescue=RescueReason.CANCELED,
-        by=job.attempted_by,
-    )
+    err = attempt_error(job, error, rescue=RescueReason.CANCELED, by=job.attempted_by)
     return JobFinalize(
         id=job.id,
         attempted_by=job.attempted_by,
@@ -205,9 +184,7 @@ def unknown_kind(job: JobRow, error: str) -> JobFinalize:
         )
     if grace > 0:
         error = f"{error}; no worker that claimed it knew the kind within {grace:g}s of enqueue"
-    err = AttemptError(
-        at=None, attempt=job.attempt, error=error, fence=job.fence, by=job.attempted_by
-    )
+    err = attempt_error(job, error, by=job.attempted_by)
     return JobFinalize(
         id=job.id,
         attempted_by=job.attempted_by,
