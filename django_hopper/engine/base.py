@@ -128,6 +128,7 @@ from django_hopper.exceptions import (
     JobLocked,
     NotSupported,
 )
+from django_hopper.ids import new_id
 from django_hopper.types import (
     CHANNEL_CONTROL,
     CHANNEL_INSERT,
@@ -1162,8 +1163,25 @@ class BaseEngine(ABC):
         """Insert one delivery per subscription whose pattern matches the topic, in
         one insert statement of the caller's transaction; return them in
         subscription-name order. A delivery whose dedup key matches a live one is
-        returned as a duplicate."""
-        return self._message_publish(topics.check_publish(params))
+        returned as a duplicate.
+
+        The subscriptions are read and matched in Python here, once for both
+        engines; the read and the insert share one transaction (the caller's,
+        if any), so the deliveries commit or roll back with whatever the
+        caller writes.
+        """
+        params = topics.check_publish(params)
+        with transaction.atomic(using=self.alias, savepoint=False):
+            subs, db_now = self._message_subscriptions(params.now)
+            scheduled_at = db_now + params.delay if params.delay else None
+            deliveries = topics.publish_deliveries(
+                subs, params, params.message_id or new_id().hex, scheduled_at
+            )
+            if not deliveries:
+                return []
+            return self.job_insert_many(
+                deliveries, JobInsertOpts(notify=params.notify, now=params.now)
+            )
 
     # == streams ===============================================================
 
@@ -1586,7 +1604,11 @@ class BaseEngine(ABC):
     def _subscription_list(self) -> list[SubscriptionRow]: ...
 
     @abstractmethod
-    def _message_publish(self, params: MessagePublishParams) -> list[JobInsertResult]: ...
+    def _message_subscriptions(
+        self, now: dt.datetime | None
+    ) -> tuple[list[SubscriptionRow], dt.datetime]:
+        """Return every subscription a publish matches against, and the database
+        time (``now`` if given) its deliveries are scheduled from."""
 
     @abstractmethod
     def _subscription_pause(self, params: SubscriptionPauseParams) -> SubscriptionRow | None:

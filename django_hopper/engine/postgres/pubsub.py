@@ -6,11 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from django_hopper.engine import topics
 from django_hopper.engine.params import (
-    JobInsertOpts,
-    JobInsertResult,
-    MessagePublishParams,
     SubscriptionDeleteParams,
     SubscriptionPauseParams,
     SubscriptionResumeParams,
@@ -18,7 +14,6 @@ from django_hopper.engine.params import (
 )
 from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.support import PostgresSupport
-from django_hopper.ids import new_id
 from django_hopper.types import HELD_AT, JobID, StreamConsumerRow, SubscriptionRow
 
 
@@ -64,25 +59,12 @@ class PubSubMixin(PostgresSupport):
         """Return every subscription, by name."""
         return [subscription_from_row(r) for r in self._fetchall("subscription_list", {})]
 
-    def _message_publish(self, params: MessagePublishParams) -> list[JobInsertResult]:
-        """Match the subscriptions in Python and insert the deliveries in one statement.
-
-        Both statements run in one transaction (the caller's, if any), so the
-        deliveries commit or roll back with whatever the caller writes.
-        """
-        with self._atomic():
-            rows = self._fetchall("message_publish", {"now": params.now})
-            db_now: dt.datetime = rows[0][9]
-            subs = [subscription_from_row(r) for r in rows if r[0] is not None]
-            scheduled_at = db_now + params.delay if params.delay else None
-            deliveries = topics.publish_deliveries(
-                subs, params, params.message_id or new_id().hex, scheduled_at
-            )
-            if not deliveries:
-                return []
-            return self.job_insert_many(
-                deliveries, JobInsertOpts(notify=params.notify, now=params.now)
-            )
+    def _message_subscriptions(
+        self, now: dt.datetime | None
+    ) -> tuple[list[SubscriptionRow], dt.datetime]:
+        """Read every subscription and the database time in one statement."""
+        rows = self._fetchall("message_publish", {"now": now})
+        return [subscription_from_row(r) for r in rows if r[0] is not None], rows[0][9]
 
     def _subscription_pause(self, params: SubscriptionPauseParams) -> SubscriptionRow | None:
         """Set paused_at, keeping an earlier one."""

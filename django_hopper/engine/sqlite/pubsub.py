@@ -7,11 +7,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from django_hopper.engine import topics
 from django_hopper.engine.params import (
-    JobInsertOpts,
-    JobInsertResult,
-    MessagePublishParams,
     SubscriptionDeleteParams,
     SubscriptionPauseParams,
     SubscriptionResumeParams,
@@ -19,7 +15,6 @@ from django_hopper.engine.params import (
 )
 from django_hopper.engine.sqlite.convert import _loads, db_time, dumps, from_db_time
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
-from django_hopper.ids import new_id
 from django_hopper.types import HELD_AT, JobID, StreamConsumerRow, SubscriptionRow
 
 
@@ -83,25 +78,14 @@ class PubSubMixin(SQLiteSupport):
             return [subscription_from_row(r) for r in c.fetchall()]
 
     @translate_errors
-    def _message_publish(self, params: MessagePublishParams) -> list[JobInsertResult]:
-        """Match the subscriptions in Python and insert the deliveries in one statement.
-
-        The read and the insert share one transaction (the caller's, if any),
-        which as SQLite's one writer no other transaction can interleave with.
-        """
-        now, _ = self._now(params.now)
-        with self._atomic(), self._cursor() as c:
+    def _message_subscriptions(
+        self, now: dt.datetime | None
+    ) -> tuple[list[SubscriptionRow], dt.datetime]:
+        """Read every subscription; the time is ``now``, or this process's clock."""
+        at, _ = self._now(now)
+        with self._cursor() as c:
             c.execute(Q["message_publish"])
-            subs = [subscription_from_row(r) for r in c.fetchall()]
-            scheduled_at = now + params.delay if params.delay else None
-            deliveries = topics.publish_deliveries(
-                subs, params, params.message_id or new_id().hex, scheduled_at
-            )
-            if not deliveries:
-                return []
-            return self.job_insert_many(
-                deliveries, JobInsertOpts(notify=params.notify, now=params.now)
-            )
+            return [subscription_from_row(r) for r in c.fetchall()], at
 
     @translate_errors
     def _subscription_pause(self, params: SubscriptionPauseParams) -> SubscriptionRow | None:
