@@ -5,6 +5,16 @@
 -- batch_settle folds in under the batch row's lock. Only the transaction whose
 -- fold brings `pending` to zero sets completed_at, so only it inserts callbacks.
 
+-- fragment: gone_failed_progress
+-- A CTE for a statement that ends jobs without running them (`gone`): each one
+-- in a batch counts as done and failed in its batch's progress rows.
+progress AS (
+    INSERT INTO hopper_batch_progress (batch_id, done, failed)
+    SELECT g.batch_id, count(*), count(*)
+    FROM gone g WHERE g.batch_id IS NOT NULL
+    GROUP BY g.batch_id
+)
+
 -- fragment: batch_fold
 -- The end of a settle: fold the progress rows of the locked batches (`target`)
 -- into them, completing those with nothing pending; return the batches folded.

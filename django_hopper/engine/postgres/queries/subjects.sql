@@ -35,12 +35,7 @@ archived AS (
            g.step, NULL, c.now, c.now, NULL
     FROM gone g CROSS JOIN clock c
 ),
-progress AS (
-    INSERT INTO hopper_batch_progress (batch_id, done, failed)
-    SELECT g.batch_id, count(*), count(*)
-    FROM gone g WHERE g.batch_id IS NOT NULL
-    GROUP BY g.batch_id
-),
+{gone_failed_progress},
 woken AS (
     SELECT count(pg_notify(%(done_channel)s, g.id::text)) AS n FROM gone g WHERE g.awaited
 )

@@ -143,12 +143,7 @@ archived AS (
            g.step, g.subject, g.erased_at, c.now, NULL
     FROM gone g CROSS JOIN clock c
 ),
-progress AS (
-    INSERT INTO hopper_batch_progress (batch_id, done, failed)
-    SELECT g.batch_id, count(*), count(*)
-    FROM gone g WHERE g.batch_id IS NOT NULL
-    GROUP BY g.batch_id
-),
+{gone_failed_progress},
 results AS (
     INSERT INTO hopper_dependency_result (job_id, workflow_id, step, state, output, finalized_at)
     SELECT g.id, g.batch_id, g.step, g.new_state, NULL, c.now
