@@ -48,7 +48,6 @@ from django_hopper.engine.sqlite.support import (
 )
 from django_hopper.engine.sqlite.workflows import attach_dependencies, finished_of, jobs_finished
 from django_hopper.exceptions import (
-    JobLocked,
     NotSupported,
     UniqueConflict,
 )
@@ -408,17 +407,9 @@ class JobsMixin(SQLiteSupport):
             "client": params.attempted_by,
         }
         if params.no_wait:
-            with self._cursor() as c, self._short_lock_wait(c, "job_record_progress"):
-                try:
-                    with self._atomic(savepoint=True):
-                        c.execute(Q["job_record_progress"], args)
-                        row = c.fetchone()
-                except OperationalError as exc:
-                    if is_locked(exc):
-                        raise JobLocked(
-                            f"job {params.id} is locked: another transaction writes"
-                        ) from exc
-                    raise
+            with self._cursor() as c, self._job_write_no_wait(c, "job_record_progress", params.id):
+                c.execute(Q["job_record_progress"], args)
+                row = c.fetchone()
         else:
             with self._cursor() as c:
                 c.execute(Q["job_record_progress"], args)

@@ -15,8 +15,6 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from django.db import OperationalError
-
 from django_hopper.engine.params import (
     JobClaimByIDParams,
     JobExpireLeasesParams,
@@ -29,9 +27,8 @@ from django_hopper.engine.params import (
 from django_hopper.engine.queries import COL
 from django_hopper.engine.rules import lease_expiry_result
 from django_hopper.engine.sqlite.convert import db_time, from_db_time, job_from_row
-from django_hopper.engine.sqlite.support import Q, SQLiteSupport, is_locked, translate_errors
+from django_hopper.engine.sqlite.support import Q, SQLiteSupport, translate_errors
 from django_hopper.engine.sqlite.workflows import attach_dependencies
-from django_hopper.exceptions import JobLocked
 from django_hopper.types import JobRow, LeaseFence
 
 _MICROSECOND = dt.timedelta(microseconds=1)
@@ -52,16 +49,8 @@ class LeasesMixin(SQLiteSupport):
             "expires_at": db_time(now + params.ttl),
         }
         if params.no_wait:
-            with self._cursor() as c, self._short_lock_wait(c, "job_claim_by_id"):
-                try:
-                    with self._atomic(savepoint=True):
-                        row, status = self._claim_by_id(c, args)
-                except OperationalError as exc:
-                    if is_locked(exc):
-                        raise JobLocked(
-                            f"job {params.id} is locked: another transaction writes"
-                        ) from exc
-                    raise
+            with self._cursor() as c, self._job_write_no_wait(c, "job_claim_by_id", params.id):
+                row, status = self._claim_by_id(c, args)
         else:
             with self._atomic(), self._cursor() as c:
                 row, status = self._claim_by_id(c, args)

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from django.db import Error as DjangoError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.db.backends.signals import connection_created
 
 from django_hopper.engine import topics
@@ -25,12 +25,15 @@ from django_hopper.exceptions import (
     DatabaseUnavailable,
     HopperError,
     InvalidJob,
+    JobLocked,
     UniqueConflict,
 )
 
 if TYPE_CHECKING:
     from django.db.backends.utils import CursorWrapper
     from django.db.transaction import Atomic
+
+    from django_hopper.types import JobID
 
 #: Every named query of the engine (``queries/*.sql``).
 Q: dict[str, str] = load(os.path.dirname(__file__))
@@ -172,3 +175,19 @@ class SQLiteSupport(BaseEngine):
             yield
         finally:
             cursor.execute(Q[f"{prefix}.busy_timeout_set"].format(ms=old))
+
+    @contextmanager
+    def _job_write_no_wait(
+        self, cursor: CursorWrapper, prefix: str, job_id: JobID
+    ) -> Iterator[None]:
+        """Run the block's writes to one job in a savepoint that does not wait for
+        the write lock: while another transaction writes, raise JobLocked naming
+        the job, with nothing written (the caller's transaction stays usable)."""
+        with self._short_lock_wait(cursor, prefix):
+            try:
+                with self._atomic(savepoint=True):
+                    yield
+            except OperationalError as exc:
+                if is_locked(exc):
+                    raise JobLocked(f"job {job_id} is locked: another transaction writes") from exc
+                raise
