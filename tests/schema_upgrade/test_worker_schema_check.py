@@ -9,6 +9,7 @@ import pytest
 from django.core import management
 from django.core.management import CommandError, call_command
 
+from django_hopper import schema
 from django_hopper.checks import check_migrate_command
 from django_hopper.engine.base import BaseEngine
 from django_hopper.exceptions import DatabaseUnavailable, SchemaMismatch
@@ -48,7 +49,7 @@ def test_hopper_worker__leaves_the_check_to_the_worker_while_the_database_is_dow
     def down(alias: str) -> None:
         raise DatabaseUnavailable("the database is starting up")
 
-    monkeypatch.setattr(hopper_worker.schema, "check", down)
+    monkeypatch.setattr(schema, "check", down)
     monkeypatch.setattr(hopper_worker, "Worker", FakeWorker)
 
     call_command("hopper_worker", "--queues", "default:1", "--burst")

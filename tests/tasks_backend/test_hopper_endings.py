@@ -121,6 +121,7 @@ def test_check_warns_when_tasks_are_stored_on_another_database_than_hoppers(
 def test_hopper_worker_runs_the_jobs_of_the_database_it_is_given(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from django_hopper import schema
     from django_hopper.management.commands import hopper_worker
 
     seen: dict[str, Any] = {}
@@ -140,7 +141,7 @@ def test_hopper_worker_runs_the_jobs_of_the_database_it_is_given(
 
     monkeypatch.setattr(hopper_worker, "get_engine", fake_engine)
     monkeypatch.setattr(hopper_worker, "Worker", FakeWorker)
-    monkeypatch.setattr(hopper_worker.schema, "check", lambda alias: None)
+    monkeypatch.setattr(schema, "check", lambda alias: None)
     call_command("hopper_worker", "--database", "default", "--queues", "default:1")
     assert seen["engine"].alias == "default"
 

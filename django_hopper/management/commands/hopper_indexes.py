@@ -12,13 +12,11 @@ import datetime as dt
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
 
-from django_hopper import schema
-from django_hopper.conf import hopper_settings
 from django_hopper.engine import get_engine
 from django_hopper.engine.params import HistoryIndexParams, HistoryIndexResult
-from django_hopper.exceptions import HistoryIndexRepairError, SchemaMismatch
+from django_hopper.exceptions import HistoryIndexRepairError
+from django_hopper.management.options import check_schema, database_alias
 from django_hopper.topology import maintenance_alias
 
 
@@ -58,16 +56,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        alias = options.get("database") or str(hopper_settings.DATABASE)
-        if alias not in connections.settings:
-            raise CommandError(f"--database: {alias!r} is not in DATABASES")
+        alias = database_alias(options)
         for name in ("lock_timeout", "statement_timeout"):
             if options[name] < 0:
                 raise CommandError(f"--{name.replace('_', '-')} must not be negative")
-        try:
-            schema.check(alias)
-        except SchemaMismatch as exc:
-            raise CommandError(str(exc)) from exc
+        check_schema(alias, wait_for_database=False)
         # Through the direct connection behind a transaction pooler: the pass
         # takes an advisory lock and sets session settings.
         engine = get_engine(maintenance_alias(alias))

@@ -12,15 +12,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
 
-from django_hopper import schema
 from django_hopper.conf import hopper_settings
 from django_hopper.engine import get_engine
 from django_hopper.engine.params import ClientRegisterParams, ClientRenewParams
-from django_hopper.exceptions import DatabaseUnavailable, SchemaMismatch
 from django_hopper.maintenance import default_services
 from django_hopper.maintenance.leader import Elector
+from django_hopper.management.options import check_schema, database_alias
 from django_hopper.runs import drive_due
 from django_hopper.topology import maintenance_alias
 from django_hopper.worker import Worker, WorkerConfig, import_job_modules
@@ -89,15 +87,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
 
-        alias = options.get("database") or str(hopper_settings.DATABASE)
-        if alias not in connections.settings:
-            raise CommandError(f"--database: {alias!r} is not in DATABASES")
-        try:
-            schema.check(alias)
-        except SchemaMismatch as exc:
-            raise CommandError(str(exc)) from exc
-        except DatabaseUnavailable:
-            pass  # a worker waits for its database, and checks once it is back
+        alias = database_alias(options)
+        check_schema(alias, wait_for_database=True)
         engine = get_engine(alias)
         drive = int(options.get("drive_runs") or 0)
         if drive and not options["once"]:

@@ -11,12 +11,10 @@ from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
 
-from django_hopper import schema
 from django_hopper.conf import hopper_settings
 from django_hopper.engine import get_engine
-from django_hopper.exceptions import DatabaseUnavailable, SchemaMismatch
+from django_hopper.management.options import check_schema, database_alias
 from django_hopper.observability import console, metrics
 from django_hopper.topology import queue_alias, queues_of
 from django_hopper.validation import QUEUE_RE
@@ -151,17 +149,9 @@ class Command(BaseCommand):
             if options["concurrency"] < 1:
                 raise CommandError("--concurrency must be at least 1")
             queues = {q: options["concurrency"] for q in queues}
-        alias = options.get("database") or str(hopper_settings.DATABASE)
-
-        if alias not in connections.settings:
-            raise CommandError(f"--database: {alias!r} is not in DATABASES")
+        alias = database_alias(options)
         queues = _queues_on(alias, queues, explicit=bool(options["queues"]))
-        try:
-            schema.check(alias)
-        except SchemaMismatch as exc:
-            raise CommandError(str(exc)) from exc
-        except DatabaseUnavailable:
-            pass  # a worker waits for its database, and checks once it is back
+        check_schema(alias, wait_for_database=True)
         metrics_port = options.get("metrics_port")
         if metrics_port is not None and not 0 < metrics_port < 65536:
             raise CommandError("--metrics-port must be a port number (1-65535)")
