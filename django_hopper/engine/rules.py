@@ -225,6 +225,12 @@ def lease_expiry_result(job: JobRow, token: JobID) -> JobFinalize:
     takeover). Fenced to the lease, so a holder that finishes first wins.
     """
     err = attempt_error(job, LEASE_EXPIRED_ERROR, rescue=RescueReason.LEASE_EXPIRED)
+    return _lease_ended(job, token, err)
+
+
+def _lease_ended(job: JobRow, token: JobID, err: AttemptError) -> JobFinalize:
+    """Return how an expired lease ends the attempt: the rescued state, fenced to
+    the lease ``token`` rather than a client."""
     return JobFinalize(
         id=job.id,
         attempted_by=None,
@@ -348,14 +354,7 @@ def pass_takeover_result(
     err = attempt_error(
         job, PASS_LEASE_EXPIRED_ERROR, rescue=RescueReason.LEASE_EXPIRED, by=job.attempted_by
     )
-    return JobFinalize(
-        id=job.id,
-        attempted_by=None,
-        fence=job.fence,
-        state=rescued_state(job),
-        error=err,
-        lease_token=token,
-    )
+    return _lease_ended(job, token, err)
 
 
 # -- the schema version ---------------------------------------------------------------

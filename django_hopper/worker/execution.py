@@ -58,7 +58,7 @@ from django_hopper.worker.logs import logger as _logger
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
     from django_hopper.jobs import JobFunction
-    from django_hopper.types import JobRow
+    from django_hopper.types import AttemptError, JobRow
 
 
 # ---------------------------------------------------------------------------
@@ -87,42 +87,40 @@ def completed(
     )
 
 
+def _ended(
+    job: JobRow,
+    state: str,
+    err: AttemptError,
+    log: str | None = None,
+    delay: dt.timedelta = dt.timedelta(0),
+) -> JobFinalize:
+    """Return the result of an attempt that ended in ``state`` with ``err``,
+    fenced to the attempt's claim (its client and fence)."""
+    return JobFinalize(
+        id=job.id,
+        attempted_by=job.attempted_by,
+        fence=job.fence,
+        state=state,
+        delay=delay,
+        error=err,
+        log=log,
+    )
+
+
 def failed(
     job: JobRow, error: str, trace: str = "", log: str | None = None, rescue: str = ""
 ) -> JobFinalize:
     """Return a failed attempt's result: retry after backoff, or discard when out of attempts."""
     err = attempt_error(job, error, trace=trace, rescue=rescue, by=job.attempted_by)
     if job.attempt >= job.max_attempts:
-        return JobFinalize(
-            id=job.id,
-            attempted_by=job.attempted_by,
-            fence=job.fence,
-            state=JobState.DISCARDED,
-            error=err,
-            log=log,
-        )
-    return JobFinalize(
-        id=job.id,
-        attempted_by=job.attempted_by,
-        fence=job.fence,
-        state=JobState.RETRYABLE,
-        delay=backoff(job.attempt),
-        error=err,
-        log=log,
-    )
+        return _ended(job, JobState.DISCARDED, err, log)
+    return _ended(job, JobState.RETRYABLE, err, log, delay=backoff(job.attempt))
 
 
 def discarded(job: JobRow, error: str, trace: str = "", log: str | None = None) -> JobFinalize:
     """Return the result of an attempt that raised JobDiscard: discarded now."""
     err = attempt_error(job, error, trace=trace, by=job.attempted_by)
-    return JobFinalize(
-        id=job.id,
-        attempted_by=job.attempted_by,
-        fence=job.fence,
-        state=JobState.DISCARDED,
-        error=err,
-        log=log,
-    )
+    return _ended(job, JobState.DISCARDED, err, log)
 
 
 def snoozed(job: JobRow, snooze: JobSnooze, log: str | None = None) -> JobFinalize:
@@ -142,14 +140,7 @@ def snoozed(job: JobRow, snooze: JobSnooze, log: str | None = None) -> JobFinali
 def canceled(job: JobRow, log: str | None = None, error: str = "canceled") -> JobFinalize:
     """Return the result of an attempt that stopped because its cancellation was requested."""
     err = attempt_error(job, error, rescue=RescueReason.CANCELED, by=job.attempted_by)
-    return JobFinalize(
-        id=job.id,
-        attempted_by=job.attempted_by,
-        fence=job.fence,
-        state=JobState.CANCELED,
-        error=err,
-        log=log,
-    )
+    return _ended(job, JobState.CANCELED, err, log)
 
 
 #: The longest wait between two tries of a job whose kind is unknown (seconds).
@@ -184,14 +175,7 @@ def unknown_kind(job: JobRow, error: str) -> JobFinalize:
         )
     if grace > 0:
         error = f"{error}; no worker that claimed it knew the kind within {grace:g}s of enqueue"
-    err = attempt_error(job, error, by=job.attempted_by)
-    return JobFinalize(
-        id=job.id,
-        attempted_by=job.attempted_by,
-        fence=job.fence,
-        state=JobState.DISCARDED,
-        error=err,
-    )
+    return _ended(job, JobState.DISCARDED, attempt_error(job, error, by=job.attempted_by))
 
 
 def timed_out(job: JobRow, timeout: float, log: str | None = None) -> JobFinalize:
