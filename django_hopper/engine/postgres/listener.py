@@ -33,18 +33,25 @@ def open_listener(alias: str) -> PostgresListener:
     Raises NotSupported when the alias is behind a transaction pooler with no
     direct connection configured: the caller polls instead.
     """
+    session, params = _session(
+        alias,
+        f"database {alias!r} is behind a transaction pooler and "
+        "HOPPER['DIRECT_DATABASES'] names no direct connection for it: poll instead",
+    )
+    return PostgresListener(params, alias=session)
 
+
+def _session(alias: str, refusal: str) -> tuple[str, dict[str, Any]]:
+    """Return the alias that gives ``alias``'s database a session (itself, or its
+    direct connection behind a transaction pooler) and that alias's connection
+    parameters; raise NotSupported with ``refusal`` where there is none."""
     from django_hopper.topology import session_alias  # noqa: PLC0415 - import cycle: topology imports the postgres engine
 
     session = session_alias(alias)
     if session is None:
-        raise NotSupported(
-            f"database {alias!r} is behind a transaction pooler and "
-            "HOPPER['DIRECT_DATABASES'] names no direct connection for it: poll instead"
-        )
+        raise NotSupported(refusal)
     with db_errors():
-        params = connections[session].get_connection_params()
-    return PostgresListener(params, alias=session)
+        return session, connections[session].get_connection_params()
 
 
 def open_session(alias: str, purpose: str) -> psycopg.Connection[Any]:
@@ -58,17 +65,11 @@ def open_session(alias: str, purpose: str) -> psycopg.Connection[Any]:
     by name, so the session reaches the database ``alias`` works on even
     where a test runner renamed ``alias``'s database and not the direct one's.
     """
-
-    from django_hopper.topology import session_alias  # noqa: PLC0415 - import cycle: topology imports the postgres engine
-
-    session = session_alias(alias)
-    if session is None:
-        raise NotSupported(
-            f"{purpose} needs a session on database {alias!r}, which is behind a "
-            "transaction pooler: name its direct connection in HOPPER['DIRECT_DATABASES']"
-        )
-    with db_errors():
-        params = connections[session].get_connection_params()
+    session, params = _session(
+        alias,
+        f"{purpose} needs a session on database {alias!r}, which is behind a "
+        "transaction pooler: name its direct connection in HOPPER['DIRECT_DATABASES']",
+    )
     conninfo = {k: v for k, v in params.items() if k not in _DJANGO_ONLY}
     name = connections[alias].settings_dict.get("NAME")
     if session != alias and name:
