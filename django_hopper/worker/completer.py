@@ -7,7 +7,13 @@ seconds after the first one arrived. Every result is fenced to its claim, so:
 * a result the fence refuses (the job was rescued, or this client was fenced)
   is logged at WARNING and dropped: the job belongs to another claim now;
 * a database error while flushing keeps the results and retries with backoff:
-  a result that was in fact applied is simply refused the second time.
+  a result that was in fact applied is simply refused the second time;
+* the result of an attempt whose code is still running (a sync attempt past
+  its timeout) is applied apart, skipping the job's row if a transaction holds
+  it: that may be the attempt's own transaction (``JobContext.complete`` or
+  progress inside ``atomic()``), and waiting for it would hold up every other
+  result. A skipped one is tried again after ``HELD_RETRY`` seconds, and the
+  ordinary way once the attempt's code has returned.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,6 +45,9 @@ if TYPE_CHECKING:
     from django_hopper.types import JobRow
 
 logger = logging.getLogger("django_hopper.worker.completer")
+
+#: Seconds before a result skipped because its row was held is tried again.
+HELD_RETRY = 1.0
 
 
 def settle_finished(engine: BaseEngine, jobs: Sequence[JobRow]) -> None:
@@ -74,6 +83,9 @@ class Result:
 
     job: JobRow
     finalize: JobFinalize
+    #: True while the attempt's code still runs (its transaction may hold the
+    #: job's row); None for an attempt that has returned.
+    running: Callable[[], bool] | None = None
 
 
 class Completer:
@@ -92,6 +104,13 @@ class Completer:
         self.flush_interval = max(0.0, float(flush_interval))
         self.keep_logs = int(keep_logs)
         self._pending: list[Result] = []
+        #: Results skipped because their row was held, with when to try again.
+        self._held: list[tuple[float, Result]] = []
+        #: Whether a held row can be skipped without skipping every job: a
+        #: single-writer engine would skip them all while anyone writes.
+        self._skips_held = engine.features.supports_skip_locked and not (
+            engine.features.single_writer
+        )
         self._first_at = 0.0
         self._inflight = 0
         self._cond = threading.Condition()
@@ -128,13 +147,16 @@ class Completer:
 
     # -- results ------------------------------------------------------------
 
-    def add(self, job: JobRow, finalize: JobFinalize) -> None:
-        """Queue a result for the next batch."""
+    def add(
+        self, job: JobRow, finalize: JobFinalize, running: Callable[[], bool] | None = None
+    ) -> None:
+        """Queue a result for the next batch; ``running`` says whether the attempt's
+        code still runs (a sync attempt past its timeout)."""
         with self._cond:
             pending = self._pending
             if not pending:
                 self._first_at = time.monotonic()
-            pending.append(Result(job, finalize))
+            pending.append(Result(job, finalize, running))
             # Wake the thread only when it has something new to decide: the
             # first result starts the flush timer, a full batch flushes now.
             if len(pending) == 1 or len(pending) >= self.batch_size:
@@ -143,7 +165,7 @@ class Completer:
     def idle(self) -> bool:
         """Return True when no result waits or is being applied."""
         with self._cond:
-            return not self._pending and not self._inflight
+            return not self._pending and not self._inflight and not self._held
 
     def drain(self, timeout: float) -> bool:
         """Wait until every queued result was applied (or refused); False on timeout."""
@@ -151,7 +173,7 @@ class Completer:
         with self._cond:
             self._first_at = 0.0  # flush now
             self._cond.notify_all()
-            while self._pending or self._inflight:
+            while self._pending or self._inflight or self._held:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -164,6 +186,7 @@ class Completer:
         """Wait for a batch to be due; return it, or None when stopping with nothing left."""
         with self._cond:
             while True:
+                held_due = self._release_held(time.monotonic())
                 if self._pending:
                     due = self._first_at + self.flush_interval
                     wait = due - time.monotonic()
@@ -177,7 +200,7 @@ class Completer:
                 elif self._stop:
                     return None
                 else:
-                    self._cond.wait(0.5)
+                    self._cond.wait(0.5 if held_due is None else max(held_due, 0.0))
 
     def _run(self) -> None:
         try:
@@ -194,8 +217,54 @@ class Completer:
         finally:
             close_thread_connections()
 
+    def _release_held(self, now: float) -> float | None:
+        """Move the held results due by ``now`` back to the pending ones (call with
+        the lock held); return the seconds until the next one is due, or None."""
+        if not self._held:
+            return None
+        due = [r for at, r in self._held if at <= now]
+        if due:
+            self._held = [(at, r) for at, r in self._held if at > now]
+            if not self._pending:
+                self._first_at = 0.0  # flush now
+            self._pending.extend(due)
+        if not self._held:
+            return None
+        return min(at for at, _ in self._held) - now
+
+    def _apply_held(self, batch: list[Result]) -> list[Result]:
+        """Apply the results of attempts whose code still runs, skipping held rows;
+        return the rest of ``batch``. Skipped ones wait ``HELD_RETRY`` seconds."""
+        if not self._skips_held:
+            return batch
+        running = [r for r in batch if r.running is not None and r.running()]
+        if not running:
+            return batch
+        params = JobFinalizeParams(
+            jobs=[r.finalize for r in running],
+            no_batches=all(r.job.batch_id is None for r in running),
+            keep_logs=self.keep_logs,
+            skip_locked=True,
+        )
+        applied = {(f.id, f.fence) for f in self.engine.job_finalize_many(params)}
+        done = [r for r in running if (r.finalize.id, r.finalize.fence) in applied]
+        self.applied += len(done)
+        if done and not params.no_batches:
+            settle_finished(self.engine, [r.job for r in done])
+        # Not applied: its row was held, or its fence refused it. Either way the
+        # attempt's code still runs; try again, the ordinary way once it returned.
+        settled = {id(r) for r in done}
+        again = time.monotonic() + HELD_RETRY
+        with self._cond:
+            self._held.extend((again, r) for r in running if id(r) not in settled)
+        apart = {id(r) for r in running}
+        return [r for r in batch if id(r) not in apart]
+
     def flush_once(self, batch: list[Result]) -> None:
         """Apply one batch now, raising on a database error (the caller retries)."""
+        batch = self._apply_held(batch)
+        if not batch:
+            return
         params = JobFinalizeParams(
             jobs=[r.finalize for r in batch],
             no_batches=all(r.job.batch_id is None for r in batch),

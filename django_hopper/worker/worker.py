@@ -325,7 +325,11 @@ class Worker:
                     error=TimeoutError(f"timed out after {ex.timeout:g}s"),
                     output=None,
                 )
-                self.completer.add(ex.job, execution.fenced_to_claim(ex.context, result))
+                self.completer.add(
+                    ex.job,
+                    execution.fenced_to_claim(ex.context, result),
+                    running=ex.code_running,
+                )
 
     def running(self) -> int:
         """Return how many attempts are still executing."""

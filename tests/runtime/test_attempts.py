@@ -19,7 +19,7 @@ from django_hopper.engine.params import (
 from django_hopper.exceptions import InvalidJob, JobFenced, JobLocked
 from django_hopper.retry import backoff
 from tests.engine_conformance.test_concurrency import row_held
-from tests.support.runtime import get, insert, insert_kind
+from tests.support.runtime import get, insert, insert_kind, wait_for
 from tests.testapp import jobs
 from tests.testapp.models import Effect
 
@@ -397,3 +397,33 @@ def test_backoff_jitter_stays_within_its_fraction():
     values = [backoff(1, rng=rng).total_seconds() for _ in range(200)]
     assert min(values) >= 8.0 and max(values) <= 12.0
     assert max(values) - min(values) > 2.0  # it does spread
+
+
+def test_a_timed_out_attempt_holding_its_own_row_does_not_hold_up_other_results(
+    tx_engine, make_worker
+):
+    if tx_engine.features.single_writer:
+        pytest.skip("single-writer engines: an open write transaction holds every write")
+    jobs.HOLD_OWN_ROW.clear()
+    jobs.OWN_ROW_HELD.clear()
+    held = insert(tx_engine, jobs.rt_hold_own_row)
+    worker = make_worker(queues={"default": 2})
+    producer = worker.producers["default"]
+    try:
+        assert producer.claim_once() == 1
+        assert jobs.OWN_ROW_HELD.wait(10)
+        execution = worker.executions[held.id]
+        wait_for(lambda: (worker.check_deadlines(), execution.settled)[1])
+        # The timeout's result waits for the row the attempt's own transaction holds;
+        # a later attempt's result must not wait behind it.
+        other = insert(tx_engine, jobs.add, 2, 3)
+        assert producer.claim_once() == 1
+        wait_for(lambda: get(tx_engine, other).state == "completed")
+        assert get(tx_engine, held).state == "running"
+    finally:
+        jobs.HOLD_OWN_ROW.set()
+    # Once the attempt's transaction ended, the timeout's result applies.
+    assert worker.wait_idle(30)
+    row = get(tx_engine, held)
+    assert row.state == "retryable" and row.errors[0].error == "timed out after 0.3s"
+    assert (row.progress.step, row.progress.cursor) == ("held", 1)

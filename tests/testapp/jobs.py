@@ -339,3 +339,22 @@ def rt_complete_in_transaction(
     if raise_after:
         raise RuntimeError("raised after the completion committed")
     return "the return value is ignored once the job completed itself"
+
+
+#: Set by a test to let ``rt_hold_own_row`` end its transaction.
+HOLD_OWN_ROW = threading.Event()
+#: Set by ``rt_hold_own_row`` once its transaction holds its own row.
+OWN_ROW_HELD = threading.Event()
+
+
+@job(takes_context=True, timeout=0.3)
+def rt_hold_own_row(context: Any) -> str:
+    """Record progress inside a transaction (which then holds the job's row) and stay
+    there past the timeout until the test sets HOLD_OWN_ROW."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        context.record_progress("held", 1)
+        OWN_ROW_HELD.set()
+        HOLD_OWN_ROW.wait(30)
+    return "late"
