@@ -45,7 +45,7 @@ def test_history_index__has_nothing_to_repair_without_concurrent_builds(
     tx_engine: BaseEngine,
 ) -> None:
     if tx_engine.features.supports_concurrent_index_builds:
-        pytest.skip("covered by the tests below")
+        pytest.skip("engine capability: concurrent index builds (the repair tests below cover it)")
 
     assert tx_engine.history_index(HistoryIndexParams()) == HistoryIndexResult()
 

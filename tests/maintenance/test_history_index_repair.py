@@ -40,7 +40,7 @@ def test_hopper_indexes__says_there_is_nothing_to_repair_without_concurrent_buil
     tx_engine: BaseEngine,
 ) -> None:
     if tx_engine.features.supports_concurrent_index_builds:
-        pytest.skip("covered by the tests below")
+        pytest.skip("engine capability: concurrent index builds (the repair tests below cover it)")
 
     assert "nothing to build or repair" in indexes()
 
