@@ -66,6 +66,10 @@ RESET_TABLES = (
 )
 
 
+#: Processing runs per growth case; the case reports the median (the rounds are in the JSON).
+GROWTH_ROUNDS = 3
+
+
 def size(name: str, scale: float, full_size: bool = False) -> int:
     """Return the count of one workload at this scale (its full size with ``full_size``)."""
     if full_size and name in FULL_SIZES:
@@ -625,12 +629,25 @@ class Suite:
         n = size("processing", self.scale)
         self.seed(queue="bench", n=n)
         self.settle()
+        claim, finalize = self.claim_probe(), self.finalize_probe()
+        # One processing run of a few thousand jobs lasts a fraction of a second, so
+        # one slow round on a shared machine decided the flatness figure: run the
+        # same load GROWTH_ROUNDS times (the processed jobs removed from history
+        # between rounds, so every round sees the same tables) and keep the median.
+        rounds = [self.process(n, 1)]
+        for _ in range(GROWTH_ROUNDS - 1):
+            self.sql("DELETE FROM hopper_job_history WHERE queue = 'bench'")
+            self.seed(queue="bench", n=n)
+            self.settle()
+            rounds.append(self.process(n, 1))
+        processing = dict(sorted(rounds, key=lambda r: r["jobs_per_s"])[len(rounds) // 2])
+        processing["rounds_jobs_per_s"] = [r["jobs_per_s"] for r in rounds]
         return {
             "waiting": filler,
             "history": history,
-            "claim": self.claim_probe(),
-            "finalize": self.finalize_probe(),
-            "processing": self.process(n, 1),
+            "claim": claim,
+            "finalize": finalize,
+            "processing": processing,
             "latency": self.latency(),
         }
 
