@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django_hopper.engine.params import JobClaimParams, JobFinalize, JobFinalizeParams
-from django_hopper.engine.queries import COL
+from django_hopper.engine.queries import COL, JOB_WIDTH
 from django_hopper.engine.rules import rescued_state
 from django_hopper.exceptions import JobNotClaimable
 from django_hopper.retry import backoff
@@ -77,6 +77,8 @@ def _metadata(value: Any) -> dict[str, Any]:
 def _tags(value: Any) -> list[str]:
     if value is None:
         return []
+    if value == []:  # most jobs: nothing to check
+        return value
     if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
         raise ValueError(f"expected a list of strings, not {_kind(value)}")
     return value
@@ -140,42 +142,80 @@ def job_from_row(r: Sequence[Any], codec: Codec) -> JobRow:
 
 
 def _strict(r: Sequence[Any], c: Codec) -> JobRow:
-    js, tm = c.json, c.time
-    progress, output, batch_id = r[COL.progress], r[COL.output], r[COL.batch_id]
-    state = r[COL.state]
+    """Decode a row in one pass; raise on the first value that does not decode.
+
+    The row is unpacked by position once (the names follow JOB_COLUMNS, which
+    a test pins), and times and UUIDs are converted only for an engine whose
+    driver does not type them itself: this runs for every claimed job.
+    """
+    (
+        id_, kind, queue, state, priority, attempt, max_attempts, scheduled_at,
+        attempted_at, attempted_by, fence, args, metadata, errors, unique_key,
+        ordering_key, partition_key, tags, batch_id, expires_at, cancel_requested_at,
+        awaited, created_at, snooze_reason, progress, _lease_token, lease_expires_at,
+        _lease_renewed_at, step, subject, erased_at, finalized_at, output,
+    ) = r if len(r) == JOB_WIDTH else r[:JOB_WIDTH]  # fmt: skip
+    tm = c.time
+    if tm is not _same:
+        scheduled_at, created_at = tm(scheduled_at), tm(created_at)
+        attempted_at, expires_at = tm(attempted_at), tm(expires_at)
+        cancel_requested_at, lease_expires_at = tm(cancel_requested_at), tm(lease_expires_at)
+        finalized_at, erased_at = tm(finalized_at), tm(erased_at)
+    if scheduled_at is None or created_at is None:
+        raise ValueError("a required time is NULL")
+    uu = c.uuid
+    if uu is not _same:
+        id_ = uu(id_)
+        if batch_id is not None:
+            batch_id = uu(batch_id)
+    js = c.json
+    # Positional, in JobRow's field order (checked at import, below _ROW_FIELDS).
     return JobRow(
-        id=c.uuid(r[COL.id]),
-        kind=r[COL.kind],
-        queue=r[COL.queue],
-        state=state,
-        priority=r[COL.priority],
-        attempt=r[COL.attempt],
-        max_attempts=r[COL.max_attempts],
-        scheduled_at=_required(tm(r[COL.scheduled_at])),
-        created_at=_required(tm(r[COL.created_at])),
-        args=js(r[COL.args]),
-        metadata=_metadata(js(r[COL.metadata])),
-        errors=_errors(js(r[COL.errors])),
-        attempted_at=tm(r[COL.attempted_at]),
-        attempted_by=r[COL.attempted_by],
-        fence=r[COL.fence],
-        unique_key=r[COL.unique_key],
-        ordering_key=r[COL.ordering_key],
-        partition_key=r[COL.partition_key],
-        tags=_tags(js(r[COL.tags])),
-        batch_id=None if batch_id is None else c.uuid(batch_id),
-        expires_at=tm(r[COL.expires_at]),
-        cancel_requested_at=tm(r[COL.cancel_requested_at]),
-        lease_expires_at=tm(r[COL.lease_expires_at]),
-        awaited=bool(r[COL.awaited]),
-        snooze_reason=r[COL.snooze_reason] if state == JobState.SCHEDULED else None,
-        progress=None if progress is None else _progress(js(progress)),
-        finalized_at=tm(r[COL.finalized_at]),
-        output=None if output is None else js(output),
-        step=r[COL.step],
-        subject=r[COL.subject],
-        erased_at=tm(r[COL.erased_at]),
+        id_,
+        kind,
+        queue,
+        state,
+        priority,
+        attempt,
+        max_attempts,
+        scheduled_at,
+        created_at,
+        js(args),
+        _metadata(js(metadata)),
+        _errors(js(errors)),
+        attempted_at,
+        attempted_by,
+        fence,
+        unique_key,
+        ordering_key,
+        partition_key,
+        _tags(js(tags)),
+        batch_id,
+        expires_at,
+        cancel_requested_at,
+        lease_expires_at,
+        bool(awaited),
+        snooze_reason if state == JobState.SCHEDULED else None,
+        None if progress is None else _progress(js(progress)),
+        finalized_at,
+        None if output is None else js(output),
+        None,  # dependencies: attached by the claim
+        step,
+        subject,
+        erased_at,
     )
+
+
+#: JobRow's fields as _strict passes them, by position.
+_ROW_FIELDS = (
+    "id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "scheduled_at",
+    "created_at", "args", "metadata", "errors", "attempted_at", "attempted_by", "fence",
+    "unique_key", "ordering_key", "partition_key", "tags", "batch_id", "expires_at",
+    "cancel_requested_at", "lease_expires_at", "awaited", "snooze_reason", "progress",
+    "finalized_at", "output", "dependencies", "step", "subject", "erased_at",
+)  # fmt: skip
+if tuple(f.name for f in dataclasses.fields(JobRow))[: len(_ROW_FIELDS)] != _ROW_FIELDS:
+    raise ImportError("decode._strict passes JobRow's fields by position: update it with them")
 
 
 def _required(value: dt.datetime | None) -> dt.datetime:

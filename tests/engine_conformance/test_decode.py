@@ -9,14 +9,17 @@ returns the healthy jobs and fails the bad job's attempt with the reason
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import uuid
 from typing import Any
 
 import pytest
 from django.db import connection
 
+from django_hopper.engine import decode
 from django_hopper.engine.base import BaseEngine
-from django_hopper.engine.decode import EPOCH
+from django_hopper.engine.decode import EPOCH, Codec
 from django_hopper.engine.params import (
     JobCancelParams,
     JobClaimByIDParams,
@@ -25,6 +28,7 @@ from django_hopper.engine.params import (
     JobListParams,
     JobRescueParams,
 )
+from django_hopper.engine.queries import JOB_COLUMNS
 from django_hopper.exceptions import JobNotClaimable
 from django_hopper.types import JobRow, QueueLimits, RescueReason
 from tests.engine_conformance.support import HOUR, MINUTE, claim, insert, register, store_raw
@@ -284,3 +288,58 @@ def test_api__get_job_and_list_jobs_report_a_bad_row_and_read_every_other(
     assert row.progress is None and row.decode_error is not None
     assert row.decode_error.startswith("progress: expected a JSON object")
     assert [(j.id, j.decode_error is None) for j in page] == [(ok.id, True), (bad.id, False)]
+
+
+@pytest.mark.parametrize("typed", [True, False], ids=["driver-typed", "codec-converted"])
+def test_decode__the_one_pass_decoder_reads_each_column_into_its_field(typed: bool) -> None:
+    # Every column holds a value of its own, so a column read into the wrong field
+    # shows; the field-by-field decoder (by column name) is the reference.
+    base = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    times = {f"<{c}>": base + dt.timedelta(minutes=i) for i, c in enumerate(JOB_COLUMNS)}
+    ids = {"<id>": uuid.uuid4(), "<batch_id>": uuid.uuid4()}
+    stored_json = {
+        "<args>": {"args": [1], "kwargs": {}},
+        "<metadata>": {"m": 1},
+        "<errors>": [],
+        "<tags>": ["t"],
+        "<progress>": {"step": "s"},
+        "<output>": {"o": 1},
+    }
+    row: dict[str, Any] = {c: f"<{c}>" for c in JOB_COLUMNS}
+    row.update(state="scheduled", priority=3, attempt=2, max_attempts=9, attempted_by=7, fence=5)
+    row["awaited"] = 1
+    if typed:
+        row.update({c: times[f"<{c}>"] for c in _TIME_COLUMNS})
+        row.update(id=ids["<id>"], batch_id=ids["<batch_id>"])
+        codec = Codec(json=stored_json.__getitem__)
+    else:
+        codec = Codec(json=stored_json.__getitem__, time=times.__getitem__, uuid=ids.__getitem__)
+    values = tuple(row[c] for c in JOB_COLUMNS)
+
+    job = decode.job_from_row(values, codec)
+    reference = decode._tolerant(values, codec)
+
+    assert job.decode_error is None
+    assert job == dataclasses.replace(reference, decode_error=None)
+    assert (job.id, job.batch_id) == (ids["<id>"], ids["<batch_id>"])
+    assert (job.scheduled_at, job.erased_at) == (times["<scheduled_at>"], times["<erased_at>"])
+    assert (job.kind, job.step, job.subject, job.snooze_reason) == (
+        "<kind>",
+        "<step>",
+        "<subject>",
+        "<snooze_reason>",
+    )
+    assert job.progress is not None and job.progress.step == "s"
+    assert (job.args, job.output, job.tags, job.awaited) == (
+        {"args": [1], "kwargs": {}},
+        {"o": 1},
+        ["t"],
+        True,
+    )
+    assert decode.job_from_row((*values, "an extra column"), codec) == job
+
+
+_TIME_COLUMNS = (
+    "scheduled_at", "attempted_at", "expires_at", "cancel_requested_at", "created_at",
+    "lease_expires_at", "lease_renewed_at", "erased_at", "finalized_at",
+)  # fmt: skip
