@@ -203,6 +203,43 @@ def test_finalize__no_batches_flag_applies_results_the_same_way(
     assert get(engine, job).state == "completed"
 
 
+#: Outputs the common batch must store as given, next to results without one.
+AWKWARD_OUTPUTS = [
+    None,
+    "NULL",
+    "",
+    'say "hi", {then} \\ leave',
+    {"path": "C:\\temp", "quote": '"', "braces": "{a,b}", "snow": "☃"},
+    [None, "null", 1.5],
+    0,
+]
+
+
+def test_finalize__the_common_batch_stores_each_output_as_given(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    # Every result completed and archived, none in a batch: the engine's common path.
+    jobs = [running(engine, client_id, db_now) for _ in AWKWARD_OUTPUTS]
+    fenced = running(engine, client_id, db_now)
+
+    applied = finalize(
+        engine,
+        db_now,
+        *[result(j, "completed", output=o) for j, o in zip(jobs, AWKWARD_OUTPUTS, strict=True)],
+        JobFinalize(
+            id=fenced.id, attempted_by=client_id + 1, fence=1, state="completed", output="x"
+        ),
+        no_batches=True,
+    )
+
+    assert sorted(applied, key=lambda a: a.id) == sorted(
+        (JobFinalized(id=j.id, fence=1) for j in jobs), key=lambda a: a.id
+    )
+    assert [get(engine, j).output for j in jobs] == AWKWARD_OUTPUTS
+    assert [get(engine, j).state for j in jobs] == ["completed"] * len(jobs)
+    assert get(engine, fenced).state == "running"
+
+
 # -- job leases (claimed by ID: no client) -------------------------------------------
 
 

@@ -185,6 +185,24 @@ def int_array(values: Sequence[int | None]) -> str:
     return "{" + ",".join(["NULL" if v is None else str(v) for v in values]) + "}"
 
 
+def text_array(values: Sequence[str | None]) -> str:
+    """Return a ``text[]`` parameter as one array literal (None is NULL).
+
+    Every element is quoted, with its backslashes and double quotes escaped,
+    so any text reads back as itself (``NULL`` quoted is the string).
+    """
+    return (
+        "{"
+        + ",".join(
+            [
+                "NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                for v in values
+            ]
+        )
+        + "}"
+    )
+
+
 def error_json(error: AttemptError | None) -> str | None:
     """Encode a result's error without ``at``: the statement stamps database time."""
     if error is None:

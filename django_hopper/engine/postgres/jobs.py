@@ -342,10 +342,12 @@ class JobsMixin(PostgresSupport):
                 "id": convert.uuid_array([f.id for f in results]),
                 "attempted_by": convert.int_array([f.attempted_by for f in results]),
                 "fence": convert.int_array([f.fence for f in results]),
-                "output": [
-                    None if f.output is None else convert.dump_json(f.output, "output")
-                    for f in results
-                ],
+                "output": convert.text_array(
+                    [
+                        None if f.output is None else convert.dump_json(f.output, "output")
+                        for f in results
+                    ]
+                ),
                 "now": params.now,
                 "done_channel": CHANNEL_DONE,
             }
