@@ -1,11 +1,21 @@
-"""CPU per job of a real in-process worker with tracing and metrics off and on.
+"""CPU per job of a real worker with tracing and metrics off and on.
 
-One process, SQLite in a temporary file, the bench's no-op jobs seeded in SQL,
-then a worker's ``run_once`` until the queue is empty, under each set-up in
-turn, alternating for ``--rounds``. CPU is the process's (every thread),
-so the figure is what a job costs the machine, whatever else runs on it:
+By default one process, SQLite in a temporary file, the bench's no-op jobs
+seeded in SQL, then a worker's ``run_once`` until the queue is empty, under
+each set-up in turn, alternating for ``--rounds``. CPU is the process's (every
+thread), so the figure is what a job costs the machine, whatever else runs on
+it:
 
     python -m bench.observe_cpu --jobs 3000 --rounds 3
+
+``--workers`` runs real ``hopper_worker --burst`` processes instead, as
+``bench.run`` does, off and the target's set-up (tracing parent-based 0.1, the
+Prometheus exporter) alternated, each round an idle worker and one that works
+``--jobs``; CPU per job is (the least loaded CPU - the least idle CPU) / jobs
+per set-up, the least of the rounds being what a loaded machine moves least.
+``--engine postgres`` uses ``BENCH_PG_DB``:
+
+    python -m bench.observe_cpu --workers --jobs 6000 --rounds 4 --engine sqlite
 """
 
 from __future__ import annotations
@@ -15,11 +25,8 @@ import os
 import statistics
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
-
-os.environ["BENCH_ENGINE"] = "sqlite"
-os.environ.setdefault("BENCH_SQLITE_FILE", os.path.join(tempfile.mkdtemp(), "observe.sqlite3"))
-os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
 
 
 def main() -> None:
@@ -27,7 +34,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--workers", action="store_true", help="Real hopper_worker --burst processes."
+    )
+    parser.add_argument("--engine", choices=("sqlite", "postgres"), default="sqlite")
     options = parser.parse_args()
+    if options.engine == "postgres" and not options.workers:
+        parser.error("--engine postgres needs --workers")
+    os.environ["BENCH_ENGINE"] = options.engine
+    os.environ.setdefault("BENCH_SQLITE_FILE", os.path.join(tempfile.mkdtemp(), "observe.sqlite3"))
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    if options.workers:
+        workers(options.jobs, options.rounds)
+        return
 
     import django
 
@@ -97,6 +116,54 @@ def main() -> None:
             f"{name:42} {statistics.median(values):8.1f} µs CPU per job, extra over off "
             f"{statistics.median(extra):+.1f} (rounds {min(extra):+.0f} .. {max(extra):+.0f})"
         )
+
+
+#: The target's set-up (bench.settings reads these in the worker).
+TARGET = {
+    "BENCH_OBSERVE": "1",
+    "BENCH_OBSERVE_RATIO": "0.1",
+    "BENCH_OBSERVE_EXPORTER": "prometheus",
+}
+
+
+def workers(jobs: int, rounds: int) -> None:
+    """Print CPU µs per job of real burst workers, off and with the target's set-up on."""
+    import django
+
+    django.setup()
+    from django.db import connection, connections
+
+    from bench import raw
+    from bench.run import RESET_TABLES, Children, prepare_database, worker_command
+
+    prepare_database()
+    log = Path(tempfile.mkdtemp()) / "workers.log"
+    vendor = connection.vendor
+    setups: dict[str, dict[str, str]] = {"off": {}, "on": TARGET}
+    cpu: dict[tuple[str, int], list[float]] = {}
+    for _ in range(rounds):
+        for n in (0, jobs):
+            for name, env in setups.items():
+                with connection.cursor() as c:
+                    for table in RESET_TABLES:
+                        c.execute(f"DELETE FROM {table}")
+                    if n:
+                        c.execute(*raw.seed_sql(vendor, queue="bench", state="available", n=n))
+                connections.close_all()
+                spent = Children([worker_command(burst=True)], log, env).wait(120 + n / 50)
+                cpu.setdefault((name, n), []).append(spent)
+    per_job = {name: (min(cpu[(name, jobs)]) - min(cpu[(name, 0)])) / jobs * 1e6 for name in setups}
+    for name in setups:
+        print(
+            f"{vendor} {name:4} idle {min(cpu[(name, 0)]):.3f} s, {jobs} jobs "
+            f"{min(cpu[(name, jobs)]):.3f} s (least of {rounds}): "
+            f"{per_job[name]:.1f} µs CPU per job"
+        )
+    extra = per_job["on"] - per_job["off"]
+    print(
+        f"{vendor} tracing parent-based 0.1 + Prometheus: +{extra:.1f} µs per job; "
+        f"a CPU-bound worker keeps {per_job['off'] / per_job['on']:.2f} of its throughput"
+    )
 
 
 if __name__ == "__main__":
