@@ -27,11 +27,39 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.dispatch import Signal
 
 logger = logging.getLogger("django_hopper")
+
+#: Signal -> (its receiver list entry's lookup key, the receiver) of a receiver
+#: connected with :func:`connect_direct`.
+_direct: dict[Signal, tuple[Any, Callable[..., Any]]] = {}
+
+
+def connect_direct(signal: Signal, receiver: Callable[..., Any], dispatch_uid: str) -> None:
+    """Connect ``receiver`` for every sender; call it directly while it listens alone.
+
+    While it is the signal's only receiver, :func:`send_logged` calls it
+    without Django's dispatch (a lock, a scan of the receivers for the
+    sender, the sync/async split): per attempt, that dispatch costs more
+    than a cheap receiver itself. Any other receiver connected restores the
+    ordinary dispatch for every receiver. An exception is logged, as from
+    ``send_robust``.
+    """
+    signal.connect(receiver, dispatch_uid=dispatch_uid, weak=False)
+    key = next(entry[0] for entry in signal.receivers if entry[0][0] == dispatch_uid)
+    _direct[signal] = (key, receiver)
+
+
+def disconnect_direct(signal: Signal, dispatch_uid: str) -> None:
+    """Disconnect a receiver connected with :func:`connect_direct`."""
+    signal.disconnect(dispatch_uid=dispatch_uid)
+    direct = _direct.get(signal)
+    if direct is not None and direct[0][0] == dispatch_uid:
+        del _direct[signal]
 
 
 def send_logged(signal: Signal, sender: Any = None, **kwargs: Any) -> None:
@@ -41,8 +69,17 @@ def send_logged(signal: Signal, sender: Any = None, **kwargs: Any) -> None:
     attempt, a maintenance pass, a commit hook). Free when nothing listens,
     which is the common case.
     """
-    if not signal.receivers:
+    receivers = signal.receivers
+    if not receivers:
         return
+    if len(receivers) == 1:
+        direct = _direct.get(signal)
+        if direct is not None and receivers[0][0] == direct[0]:
+            try:
+                direct[1](signal=signal, sender=sender, **kwargs)
+            except Exception as exc:
+                logger.error("a signal receiver %r failed: %s", direct[1], exc)
+            return
     for receiver, outcome in signal.send_robust(sender=sender, **kwargs):
         if isinstance(outcome, Exception):
             logger.error("a signal receiver %r failed: %s", receiver, outcome)

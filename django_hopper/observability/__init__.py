@@ -85,16 +85,27 @@ def sinks() -> list[Sink]:
     return list(_sinks)
 
 
+#: Event name -> the bound methods of the sinks that want it, in the order the
+#: sinks were added; rebuilt when a sink is added or removed, so that an event
+#: costs one call per interested sink and no lookups.
+_handlers: dict[str, tuple[Any, ...]] = {}
+
+
+def _failed(handler: Any) -> None:
+    logging.getLogger("django_hopper.observability").exception(
+        "%s.%s failed",
+        type(getattr(handler, "__self__", handler)).__name__,
+        getattr(handler, "__name__", "?"),
+    )
+
+
 def _call(method: str, *args: Any) -> list[Any]:
     out = []
-    for sink in _sinks:
-        if method in sink.wants:
-            try:
-                out.append(getattr(sink, method)(*args))
-            except Exception:
-                logging.getLogger("django_hopper.observability").exception(
-                    "%s.%s failed", type(sink).__name__, method
-                )
+    for handler in _handlers.get(method, ()):
+        try:
+            out.append(handler(*args))
+        except Exception:
+            _failed(handler)
     return out
 
 
@@ -113,8 +124,13 @@ def _on_enqueued(
 
 
 def _on_started(sender: Any, job: JobRow, **kwargs: Any) -> None:
+    # Per attempt, in the job's thread: no result list, no lookups.
     _starts[(job.id, job.fence)] = time.perf_counter()
-    _call("started", job)
+    for handler in _handlers.get("started", ()):
+        try:
+            handler(job)
+        except Exception:
+            _failed(handler)
 
 
 def _on_finished(
@@ -125,7 +141,12 @@ def _on_finished(
     **kwargs: Any,
 ) -> None:
     start = _starts.pop((job.id, job.fence), None)
-    _call("finished", job, state, error, None if start is None else time.perf_counter() - start)
+    duration = None if start is None else time.perf_counter() - start
+    for handler in _handlers.get("finished", ()):
+        try:
+            handler(job, state, error, duration)
+        except Exception:
+            _failed(handler)
 
 
 def _on_ended(sender: Any, jobs: Sequence[JobRow], **kwargs: Any) -> None:
@@ -160,12 +181,15 @@ _RECEIVERS: dict[str, tuple[Signal, Any]] = {
 
 def _rewire() -> None:
     wanted = set().union(*(s.wants for s in _sinks)) if _sinks else set()
+    _handlers.clear()
+    for event in _RECEIVERS:
+        _handlers[event] = tuple(getattr(s, event) for s in _sinks if event in s.wants)
     for event, (signal, receiver) in _RECEIVERS.items():
         uid = f"django_hopper.observability.{event}"
         if event in wanted:
-            signal.connect(receiver, dispatch_uid=uid, weak=False)
+            signals.connect_direct(signal, receiver, uid)
         else:
-            signal.disconnect(dispatch_uid=uid)
+            signals.disconnect_direct(signal, uid)
     if "started" not in wanted:
         _starts.clear()
 

@@ -208,6 +208,24 @@ class Aggregate:
             counts[bucket] += 1
             counts[-1] += value
 
+    def attempt(
+        self, queue: str, kind: str, events: tuple[str, ...], duration: float | None
+    ) -> None:
+        """Count an attempt's outcome and add its duration, under one lock for both."""
+        bucket = -1 if duration is None else bisect.bisect_left(BUCKETS, duration)
+        counts = self._counts
+        with self._lock:
+            for event in events:
+                key = (event, queue, kind)
+                counts[key] = counts.get(key, 0) + 1
+            if duration is not None:
+                key = ("duration", queue, kind)
+                per_bucket = self._histograms.get(key)
+                if per_bucket is None:
+                    per_bucket = self._histograms[key] = [0.0] * (len(BUCKETS) + 2)
+                per_bucket[bucket] += 1
+                per_bucket[-1] += duration
+
     def counts(self) -> dict[tuple[str, str, str], int]:
         """Return a copy of the counts."""
         with self._lock:
@@ -511,12 +529,9 @@ class MetricsSink(Sink):
     ) -> None:
         """Count the attempt's outcome and record its duration."""
         queue, kind = job.queue, job.kind
-        for event in _OUTCOMES.get(state, ()):
-            self.numbers.count(event, queue, kind)
-        if duration is not None:
-            self.numbers.observe("duration", queue, kind, duration)
-            if self.histograms is not None:
-                self.histograms.observe_duration(queue, kind, duration)
+        self.numbers.attempt(queue, kind, _OUTCOMES.get(state, ()), duration)
+        if duration is not None and self.histograms is not None:
+            self.histograms.observe_duration(queue, kind, duration)
 
     def ended(self, jobs: Sequence[JobRow]) -> None:
         """Count jobs ended outside an attempt (expired, rescued out of attempts, canceled)."""

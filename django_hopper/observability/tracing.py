@@ -137,6 +137,8 @@ class TracingSink(Sink):
         self._enqueues: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
             f"hopper_enqueue_spans_{id(self)}", default=()
         )
+        #: (queue, kind, attempt) -> an attempt span's name and attributes.
+        self._descriptions: dict[tuple[str, str, int], tuple[str, Mapping[str, Any]]] = {}
         #: (job ID, fence) -> (run span, the thread that started it).
         self._running: dict[tuple[Any, int], tuple[Any, int]] = {}
 
@@ -196,37 +198,34 @@ class TracingSink(Sink):
 
     def started(self, job: JobRow) -> None:
         """Open the attempt's span (from its claim), current in the attempt's thread."""
-        metadata = job.metadata if isinstance(job.metadata, dict) else {}
-        carrier = metadata.get(METADATA_KEY)
-        stored = _stored_parent(carrier) if isinstance(carrier, dict) else None
-        if stored is not None:
-            remote = trace.set_span_in_context(NonRecordingSpan(stored), _ROOT)
-            if not stored.trace_flags.sampled and self._drops_unsampled():
-                # Unsampled, and the sampler would drop the attempt: make the
-                # stored context current as it is, without asking the SDK.
-                otel_context.attach(remote)
-                self._running[(job.id, job.fence)] = (_UNSAMPLED, threading.get_ident())
-                return
-            parent = remote
-        elif isinstance(carrier, dict):  # another propagator's fields, a tracestate, baggage
-            parent = propagate.extract(carrier)
-        else:
+        metadata = job.metadata
+        carrier = metadata.get(METADATA_KEY) if metadata and isinstance(metadata, dict) else None
+        if carrier is None:
             # A job enqueued without a trace starts one (an explicit empty parent:
             # never whatever an earlier attempt left current in this thread).
             parent = _ROOT
+        else:
+            stored = _stored_parent(carrier) if isinstance(carrier, dict) else None
+            if stored is not None:
+                remote = trace.set_span_in_context(NonRecordingSpan(stored), _ROOT)
+                if not stored.trace_flags.sampled and self._drops_unsampled():
+                    # Unsampled, and the sampler would drop the attempt: make the
+                    # stored context current as it is, without asking the SDK.
+                    otel_context.attach(remote)
+                    self._running[(job.id, job.fence)] = (_UNSAMPLED, threading.get_ident())
+                    return
+                parent = remote
+            elif isinstance(carrier, dict):  # another propagator's fields, a tracestate, baggage
+                parent = propagate.extract(carrier)
+            else:
+                parent = _ROOT
+        name, attributes = self._described(job.queue, job.kind, job.attempt)
         now = time.time_ns()
         span = self.tracer.start_span(
-            f"run {job.kind}",
+            name,
             context=parent,
             kind=SpanKind.CONSUMER,
-            attributes={
-                "messaging.system": SYSTEM,
-                "messaging.operation.type": "process",
-                "messaging.destination.name": job.queue,
-                "messaging.message.id": str(job.id),
-                "hopper.job.kind": job.kind,
-                "hopper.job.attempt": job.attempt,
-            },
+            attributes=attributes,
             start_time=_ns(job.attempted_at, now),
         )
         if not span.is_recording():
@@ -237,6 +236,10 @@ class TracingSink(Sink):
                 otel_context.attach(trace.set_span_in_context(span, parent))
                 self._running[(job.id, job.fence)] = (_UNSAMPLED, threading.get_ident())
             return
+        # The message ID is unique per job: set on a recorded span only, after
+        # the sampler decided (no sampler decides by it), so that an unsampled
+        # attempt never formats it.
+        span.set_attribute("messaging.message.id", str(job.id))
         span.add_event("started", timestamp=now)
         # Made current by setting the context, not attach/detach with a token:
         # the attempt may end in another context than it started in (a sync
@@ -245,6 +248,29 @@ class TracingSink(Sink):
         # next attempt of the thread, or the end of this one, replaces it.
         otel_context.attach(trace.set_span_in_context(span, parent))
         self._running[(job.id, job.fence)] = (span, threading.get_ident())
+
+    def _described(self, queue: str, kind: str, attempt: int) -> tuple[str, Mapping[str, Any]]:
+        """Return an attempt span's name and attributes, built once per (queue, kind, attempt).
+
+        The SDK copies a recorded span's attributes and only reads a sampler's,
+        so one mapping serves every attempt alike; the cache is bounded.
+        """
+        key = (queue, kind, attempt)
+        described = self._descriptions.get(key)
+        if described is None:
+            if len(self._descriptions) >= 4096:
+                self._descriptions.clear()
+            described = self._descriptions[key] = (
+                f"run {kind}",
+                {
+                    "messaging.system": SYSTEM,
+                    "messaging.operation.type": "process",
+                    "messaging.destination.name": queue,
+                    "hopper.job.kind": kind,
+                    "hopper.job.attempt": attempt,
+                },
+            )
+        return described
 
     def _drops_unsampled(self) -> bool:
         """Return whether the provider's sampler drops every child of an unsampled remote parent.

@@ -1,0 +1,69 @@
+"""The hub's per-attempt path: a receiver called directly while it listens alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.dispatch import Signal
+
+from django_hopper import signals
+
+
+@pytest.fixture
+def signal() -> Signal:
+    return Signal()
+
+
+def test_send_logged__calls_a_direct_receiver_alone_with_the_signal_and_sender(signal: Signal):
+    calls: list[dict[str, Any]] = []
+    signals.connect_direct(signal, lambda **kwargs: calls.append(kwargs), "test.direct")
+    try:
+        signals.send_logged(signal, "a sender", job=1)
+    finally:
+        signals.disconnect_direct(signal, "test.direct")
+    assert calls == [{"signal": signal, "sender": "a sender", "job": 1}]
+    assert not signal.receivers
+    assert signal not in signals._direct
+
+
+def test_send_logged__dispatches_to_every_receiver_once_another_connects(signal: Signal):
+    calls: list[str] = []
+    signals.connect_direct(signal, lambda **kwargs: calls.append("direct"), "test.direct")
+
+    def other(**kwargs: Any) -> None:
+        calls.append("other")
+
+    signal.connect(other, weak=False)
+    try:
+        signals.send_logged(signal, None)
+        signal.disconnect(other)
+        signals.send_logged(signal, None)
+    finally:
+        signals.disconnect_direct(signal, "test.direct")
+    assert calls == ["direct", "other", "direct"]
+
+
+def test_send_logged__logs_a_direct_receivers_exception(
+    signal: Signal, caplog: pytest.LogCaptureFixture
+):
+    def broken(**kwargs: Any) -> None:
+        raise ValueError("broken receiver")
+
+    signals.connect_direct(signal, broken, "test.direct")
+    try:
+        signals.send_logged(signal, None)  # does not raise
+    finally:
+        signals.disconnect_direct(signal, "test.direct")
+    assert "broken receiver" in caplog.text
+
+
+def test_send_logged__a_receiver_connected_with_the_same_uid_by_hand_is_dispatched(
+    signal: Signal,
+):
+    calls: list[str] = []
+    signals.connect_direct(signal, lambda **kwargs: calls.append("direct"), "test.direct")
+    signals.disconnect_direct(signal, "test.direct")
+    signal.connect(lambda **kwargs: calls.append("plain"), dispatch_uid="test.plain", weak=False)
+    signals.send_logged(signal, None)
+    assert calls == ["plain"]
