@@ -232,3 +232,117 @@ def test_sqlite__bad_input_names_the_field_and_writes_nothing(engine: BaseEngine
 
     assert exc.value.field == "priority"
     assert engine.job_list(JobListParams(kinds=("ok",))) == []
+
+
+def _statements(run: Any) -> list[str]:
+    """Return the first word of each statement ``run()`` sent to SQLite, beside the
+    transaction's own (BEGIN, COMMIT, savepoints)."""
+    seen: list[str] = []
+    connection.ensure_connection()
+    raw = connection.connection
+    raw.set_trace_callback(lambda sql: seen.append(sql.split(None, 1)[0].upper()))
+    try:
+        run()
+    finally:
+        raw.set_trace_callback(None)
+    return [s for s in seen if s not in ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK")]
+
+
+def test_sqlite__a_claim_and_a_plain_finalize_take_two_statements_each(
+    engine: BaseEngine,
+) -> None:
+    now = engine.now()
+    client = engine.client_register(ClientRegisterParams("h", dt.timedelta(hours=1), now=now))
+    engine.job_insert_many(
+        [JobInsertParams(kind="k", queue="st") for _ in range(10)], JobInsertOpts(now=now)
+    )
+    claimed: list[Any] = []
+
+    def claim() -> None:
+        params = JobClaimParams(queue="st", client_id=client, limit=10, now=now)
+        claimed.extend(engine.job_claim(params).jobs)
+
+    assert _statements(claim) == ["UPDATE", "WITH"]  # promote due jobs, claim
+    finals = [
+        JobFinalize(id=j.id, attempted_by=client, fence=j.fence, state="completed") for j in claimed
+    ]
+    applied: list[Any] = []
+
+    def finalize() -> None:
+        params = JobFinalizeParams(jobs=finals, no_batches=True, now=now)
+        applied.extend(engine.job_finalize_many(params))
+
+    # To history, out of the live table; nothing waits again, so no third statement.
+    assert _statements(finalize) == ["INSERT", "DELETE"]
+    assert len(applied) == 10
+    assert len(engine.job_list(JobListParams(states=("completed",), limit=100))) == 10
+
+
+def test_sqlite__an_execute_wrapper_still_sees_the_hot_statements(engine: BaseEngine) -> None:
+    now = engine.now()
+    seen: list[str] = []
+
+    def observe(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(observe):
+        client, jobs = _running(engine, now, n=2, queue="seen")
+        engine.job_finalize_many(
+            JobFinalizeParams(
+                jobs=[
+                    JobFinalize(id=j.id, attempted_by=client, fence=j.fence, state="completed")
+                    for j in jobs
+                ],
+                now=now,
+            )
+        )
+    assert any("INSERT INTO hopper_job (" in s for s in seen)
+    assert any("UPDATE hopper_job" in s and "RETURNING" in s for s in seen)
+    assert any("DELETE FROM hopper_job" in s for s in seen)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "0123456789abcdef0123456789ABCDEF",
+        "0x23456789abcdef0123456789abcdef",
+        " 123456789abcdef0123456789abcdef",
+        "0123456789abcdef 123456789abcdef",
+        "g123456789abcdef0123456789abcdef",
+        "{0123456789abcdef0123456789abcdef}",
+        "0123456789abcdef",
+    ],
+)
+def test_sqlite__stored_uuids_parse_as_uuid_does(text: str) -> None:
+    import uuid
+
+    from django_hopper.engine.sqlite.convert import from_db_uuid
+
+    try:
+        expected: Any = uuid.UUID(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            from_db_uuid(text)
+        return
+    parsed = from_db_uuid(text)
+    assert (parsed, parsed.int, str(parsed), hash(parsed), parsed.is_safe) == (
+        expected,
+        expected.int,
+        str(expected),
+        hash(expected),
+        expected.is_safe,
+    )
+
+
+def test_sqlite__a_stored_time_parses_to_aware_utc_each_time() -> None:
+    from django_hopper.engine.sqlite.convert import from_db_time
+
+    for _ in range(2):  # parsed, then remembered
+        assert from_db_time("2030-01-02 03:04:05.000006") == dt.datetime(
+            2030, 1, 2, 3, 4, 5, 6, tzinfo=dt.UTC
+        )
+        assert from_db_time("2030-01-02 04:04:05.000006+01:00") == dt.datetime(
+            2030, 1, 2, 3, 4, 5, 6, tzinfo=dt.UTC
+        )
+    assert from_db_time(dt.datetime(2030, 1, 2)) == dt.datetime(2030, 1, 2, tzinfo=dt.UTC)

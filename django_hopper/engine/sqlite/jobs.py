@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -142,7 +143,7 @@ class JobsMixin(SQLiteSupport):
                 finished.append([i, p.kind, p.unique_key, json.dumps(list(p.unique_finished))])
 
         results: list[JobInsertResult | None] = [None] * len(params)
-        with self._atomic(), self._cursor() as c:
+        with self._atomic(), self._hot_cursor() as c:
             if finished:
                 # Inputs whose key a finished job in the named states holds are not
                 # inserted: drop them from the insert, keep the newest such job.
@@ -234,7 +235,7 @@ class JobsMixin(SQLiteSupport):
     @translate_errors
     def _job_claim(self, params: JobClaimParams) -> JobClaimResult:
         """Promote the queue's due jobs and claim the best ones, in one transaction."""
-        with self._atomic(), self._cursor() as c:
+        with self._atomic(), self._hot_cursor() as c:
             # Read the clock under the write lock (BEGIN IMMEDIATE), so that
             # database time follows the order in which writers commit.
             _, now_s = self._now(params.now)
@@ -314,16 +315,16 @@ class JobsMixin(SQLiteSupport):
             )
         args = {"results": json.dumps(batch), "now": now_s}
         if params.skip_locked:
-            with self._cursor() as c, self._short_lock_wait(c, "job_finalize_many"):
+            with self._hot_cursor() as c, self._short_lock_wait(c, "job_finalize_many"):
                 try:
                     with self._atomic(savepoint=True):
                         applied = self._finalize(c, args, by_key, params, now_s)
-                except OperationalError as exc:
+                except (OperationalError, sqlite3.OperationalError) as exc:
                     if is_locked(exc):
                         return []
                     raise
         else:
-            with self._atomic(), self._cursor() as c:
+            with self._atomic(), self._hot_cursor() as c:
                 applied = self._finalize(c, args, by_key, params, now_s)
         return applied
 
@@ -335,12 +336,21 @@ class JobsMixin(SQLiteSupport):
         params: JobFinalizeParams,
         now_s: str,
     ) -> list[JobFinalized]:
-        """Run the finalize statements; return the applied results in input order."""
-        c.execute(Q["job_finalize_many"], args)
+        """Run the finalize statements; return the applied results in input order.
+
+        A statement that no result of the batch can match is not run: the
+        history insert when every result is a completion without archive, the
+        update of jobs that wait again when no result is retryable or scheduled.
+        """
+        results = by_key.values()
+        if any(f.state != JobState.COMPLETED or f.archive for f in results):
+            c.execute(Q["job_finalize_many"], args)
         c.execute(Q["job_finalize_many.delete"], args)
         gone = c.fetchall()
-        c.execute(Q["job_finalize_many.live"], args)
-        stayed = c.fetchall()
+        stayed: list[Any] = []
+        if any(f.state in _STAY_LIVE for f in results):
+            c.execute(Q["job_finalize_many.live"], args)
+            stayed = c.fetchall()
 
         applied: set[tuple[str, int]] = set()
         logs: list[list[Any]] = []

@@ -62,7 +62,7 @@ class QueuesMixin(SQLiteSupport):
         update commit; the plan comes from :mod:`django_hopper.engine.limits`.
         """
         queue = params.queue
-        with self._atomic(), self._cursor() as c:
+        with self._atomic(), self._hot_cursor() as c:
             now, now_s = self._now(params.now)  # under the write lock: commit order
             c.execute(Q["job_claim.lock"], {"queue": queue})
             row = c.fetchone()

@@ -1,5 +1,6 @@
 """What the SQLite engine's mixins share: the named queries, the clock, the
-transaction wrapper, the short lock wait and the translation of driver errors."""
+transaction wrapper, the hot statements' cursor, the short lock wait and the
+translation of driver errors."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import functools
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -100,7 +101,7 @@ def translate_errors(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except HopperError:
             raise
-        except IntegrityError as exc:
+        except (IntegrityError, sqlite3.IntegrityError) as exc:
             raise integrity_error(exc) from exc
         except (DjangoError, sqlite3.Error) as exc:
             if is_locked(exc) or "unable to open database" in str(exc):
@@ -124,6 +125,59 @@ def integrity_error(exc: BaseException) -> HopperError:
     if m:
         return InvalidJob(f"{m.group(1)} is required ({msg})", field=m.group(1))
     return DatabaseError(msg)
+
+
+#: A named placeholder, or an escaped percent sign.
+_NAMED = re.compile(r"%\(([A-Za-z_]\w*)\)s|%%")
+_RAW: dict[str, str] = {}
+
+
+def raw_query(sql: str) -> str:
+    """Return ``sql`` with each ``%(name)s`` written ``:name`` and ``%%`` written ``%``.
+
+    Converted once per text: Django's cursor formats the whole text with
+    ``%`` on every call, then runs it through two wrapper layers.
+    """
+    out = _RAW.get(sql)
+    if out is None:
+        out = _NAMED.sub(lambda m: f":{m.group(1)}" if m.group(1) else "%", sql)
+        _RAW[sql] = out
+    return out
+
+
+class RawCursor:
+    """A sqlite3 cursor that runs the engine's queries, written as for Django's
+    cursor, with their text converted once (:func:`raw_query`).
+
+    It runs on the connection of the alias, so its statements are in the
+    transaction Django opened; the driver's errors reach the caller as sqlite3
+    errors, which :func:`translate_errors` turns into hopper's.
+    """
+
+    __slots__ = ("_cursor", "fetchall", "fetchone")
+
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self._cursor = cursor
+        self.fetchall = cursor.fetchall
+        self.fetchone = cursor.fetchone
+
+    def execute(self, sql: str, params: Mapping[str, Any] | Sequence[Any] = ()) -> RawCursor:
+        """Run one statement of the engine's queries."""
+        self._cursor.execute(raw_query(sql), params)
+        return self
+
+    @property
+    def rowcount(self) -> int:
+        return self._cursor.rowcount
+
+    def close(self) -> None:
+        self._cursor.close()
+
+    def __enter__(self) -> RawCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cursor.close()
 
 
 class SQLiteSupport(BaseEngine):
@@ -160,8 +214,30 @@ class SQLiteSupport(BaseEngine):
             wrapper._hopper_functions_on = raw
         return cursor
 
+    def _hot_cursor(self) -> RawCursor | CursorWrapper:
+        """Return a cursor for the hot statements (claim, finalize, insert).
+
+        It is a plain sqlite3 cursor of the alias's connection (:class:`RawCursor`)
+        unless something observes Django's cursor (``DEBUG``'s query log,
+        ``CaptureQueriesContext``, an ``execute_wrapper``), which then gets
+        Django's cursor and sees every statement as before.
+        """
+        wrapper = self.connection
+        if wrapper.queries_logged or wrapper.execute_wrappers:
+            return self._cursor()
+        raw = wrapper.connection
+        if raw is None:
+            wrapper.ensure_connection()
+            raw = wrapper.connection
+        # As Django's cursor: no statement in a transaction already marked to roll back.
+        wrapper.validate_no_broken_transaction()
+        if getattr(wrapper, "_hopper_functions_on", None) is not raw:
+            register_functions(raw)
+            wrapper._hopper_functions_on = raw
+        return RawCursor(raw.cursor())
+
     @contextmanager
-    def _short_lock_wait(self, cursor: CursorWrapper, prefix: str) -> Iterator[None]:
+    def _short_lock_wait(self, cursor: RawCursor | CursorWrapper, prefix: str) -> Iterator[None]:
         """Lower the busy timeout while a statement that must not wait runs.
 
         SQLite has no NOWAIT or SKIP LOCKED: a writer waits for the write lock
