@@ -370,6 +370,18 @@ class Execution:
             self.settled = True
             return True
 
+    def return_and_settle(self) -> bool:
+        """Record that the code returned and claim the result, under one lock
+        (the end of every attempt); True unless the timeout decided it first."""
+        with self.lock:
+            self.returned = True
+            done = self._done
+            first = not self.settled
+            self.settled = True
+        if done is not None:
+            done.set()
+        return first
+
 
 #: Called with the execution and its result, already settled by the executor
 #: (None when the result was decided elsewhere, by the timeout).
@@ -515,12 +527,11 @@ class Executor:
         attempt that ended itself (:class:`AttemptSettled`): nothing to write.
         A result is fenced to the job lease that owns the attempt, if one does.
         """
-        ex.mark_returned()
         state = result.state if result is not None else ex.settled_state
-        if ex.settle():
+        if ex.return_and_settle():
             if signals.job_finished.receivers:
-                send_signal(
-                    "job_finished",
+                signals.send_logged(
+                    signals.job_finished,
                     ex.fn,
                     job=ex.job,
                     state=state,
@@ -551,7 +562,7 @@ class Executor:
         args, kwargs = _call_args(job)
         try:
             if signals.job_started.receivers:
-                send_signal("job_started", ex.fn, job=job)
+                signals.send_logged(signals.job_started, ex.fn, job=job)
             if ex.fn.takes_context:
                 output = ex.fn.func(ctx, *args, **kwargs)
             else:
