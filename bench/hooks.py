@@ -5,9 +5,12 @@ fake jobs exactly as the worker does, under each observability set-up, and
 reports the mean cost per job over ``--jobs`` (best of ``--rounds``). CPU time
 per job is independent of the machine's load far more than a throughput
 ratio is, so this is the figure to compare changes by; ``--calls`` adds the
-Python function calls per job, which no load moves:
+Python function calls per job, which no load moves; ``--callgrind N`` runs
+only the target's set-up, for machine instructions per attempt:
 
     python -m bench.hooks --jobs 5000 --calls
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        python -m bench.hooks --callgrind 3000     # and --callgrind 0; difference / 3000
 """
 
 from __future__ import annotations
@@ -87,6 +90,15 @@ def main() -> None:
         action="store_true",
         help="Also count Python function calls per job (cProfile): a figure load cannot move.",
     )
+    parser.add_argument(
+        "--callgrind",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Only run N attempts of the target's set-up (parent-based 0.1 + Prometheus, jobs "
+        "without a trace; the SDK's random IDs seeded), for valgrind --tool=callgrind: "
+        "(instructions with N - with 0) / N is instructions per attempt.",
+    )
     options = parser.parse_args()
 
     import django
@@ -113,6 +125,17 @@ def main() -> None:
         return p
 
     full, sampled = provider(), provider(ParentBased(TraceIdRatioBased(options.ratio)))
+    if options.callgrind is not None:
+        import random
+
+        random.seed(7)  # the SDK's trace IDs, hence which attempts are sampled
+        observability.add_sink(tracing.TracingSink(tracer_provider=sampled))
+        observability.add_sink(metrics.MetricsSink(metrics.aggregate))
+        jobs = _jobs(max(options.callgrind, 300), [None])
+        _cycle(jobs[:300])  # warm up, as in the run with 0
+        if options.callgrind:
+            _cycle(jobs[: options.callgrind])
+        return
     otel_metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
 
     def carriers(p: Any) -> list[dict[str, Any] | None]:

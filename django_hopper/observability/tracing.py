@@ -52,8 +52,6 @@ try:
 
     #: The parent of a trace's first span: an empty context.
     _ROOT = otel_context.Context()
-    #: What an unrecorded attempt keeps while it runs (nothing to end).
-    _UNSAMPLED = trace.INVALID_SPAN
 except ImportError:  # pragma: no cover - the extra is not installed
     trace = None  # type: ignore[assignment]
 
@@ -139,8 +137,12 @@ class TracingSink(Sink):
         )
         #: (queue, kind, attempt) -> an attempt span's name and attributes.
         self._descriptions: dict[tuple[str, str, int], tuple[str, Mapping[str, Any]]] = {}
-        #: (job ID, fence) -> (run span, the thread that started it).
+        #: (job ID, fence) -> (recorded run span, the thread that started it).
         self._running: dict[tuple[Any, int], tuple[Any, int]] = {}
+        #: Per thread, ``unsampled``: the job whose unsampled attempt it started
+        #: last, whose context is current there until the attempt ends (kept
+        #: out of ``_running``: no key to hash, no entry, per unsampled attempt).
+        self._thread = threading.local()
 
     # -- enqueue -------------------------------------------------------------
 
@@ -212,7 +214,7 @@ class TracingSink(Sink):
                     # Unsampled, and the sampler would drop the attempt: make the
                     # stored context current as it is, without asking the SDK.
                     otel_context.attach(remote)
-                    self._running[(job.id, job.fence)] = (_UNSAMPLED, threading.get_ident())
+                    self._thread.unsampled = job
                     return
                 parent = remote
             elif isinstance(carrier, dict):  # another propagator's fields, a tracestate, baggage
@@ -234,7 +236,7 @@ class TracingSink(Sink):
             # (queries, HTTP calls, jobs it enqueues) follows the decision.
             if span.get_span_context().is_valid:
                 otel_context.attach(trace.set_span_in_context(span, parent))
-                self._running[(job.id, job.fence)] = (_UNSAMPLED, threading.get_ident())
+                self._thread.unsampled = job
             return
         # The message ID is unique per job: set on a recorded span only, after
         # the sampler decided (no sampler decides by it), so that an unsampled
@@ -290,14 +292,18 @@ class TracingSink(Sink):
         self, job: JobRow, state: str, error: BaseException | str | None, duration: float | None
     ) -> None:
         """End the run span with the attempt's state; record a failure's exception."""
+        thread = self._thread
+        if getattr(thread, "unsampled", None) is job:
+            # An unsampled attempt ending in the thread that ran it: nothing to
+            # end, its context to leave. Ended elsewhere (a timeout, from the
+            # worker's thread), the thread's next attempt replaces the context.
+            thread.unsampled = None
+            otel_context.attach(_ROOT)
+            return
         entry = self._running.pop((job.id, job.fence), None)
         if entry is None:
             return
         span, ident = entry
-        if not span.is_recording():
-            if ident == threading.get_ident():
-                otel_context.attach(_ROOT)
-            return
         span.set_attribute("hopper.job.state", state)
         if error is not None and state not in ("scheduled", "canceled"):
             if isinstance(error, BaseException):
