@@ -122,7 +122,7 @@ def main() -> int:
         return 2
     call_command("migrate", verbosity=0, interactive=False)
     for label, c in measure().items():
-        simple = ", ".join(c["simple"]) or "-"
+        simple = ", ".join(q if len(q) <= 40 else q[:37] + "..." for q in c["simple"]) or "-"
         print(
             f"{label:<44} {c['round_trips']} round trip(s), {c['statements']} statement(s); "
             f"simple queries: {simple}"

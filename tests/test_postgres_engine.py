@@ -15,6 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 from django.db import connection, connections, transaction
+from psycopg import IsolationLevel
+from psycopg.pq import TransactionStatus
 
 from bench.roundtrips import count
 from django_hopper.engine.base import BaseEngine
@@ -32,7 +34,7 @@ from django_hopper.exceptions import (
     JobLocked,
     UniqueConflict,
 )
-from django_hopper.types import CHANNEL_INSERT
+from django_hopper.types import CHANNEL_INSERT, JobRow
 from tests.engine_conformance.support import (
     HOUR,
     MINUTE,
@@ -374,13 +376,87 @@ def test_enqueue__is_one_statement_in_a_transaction_and_one_round_trip_alone(
             tx_engine.job_insert_many([p], JobInsertOpts(notify=True))
 
     unique_in_atomic()
+    in_atomic()  # prepares the statement that carries the BEGIN
     alone = count(lambda: tx_engine.job_insert_many([insert_one]))
     framed = count(in_atomic)
     unique = count(unique_in_atomic)
     assert (alone["round_trips"], alone["simple"]) == (1, [])
-    assert (framed["round_trips"], framed["simple"]) == (3, ["BEGIN", "COMMIT"])
+    # The insert that opens the transaction carries its BEGIN.
+    assert framed["round_trips"] == 2
+    assert framed["simple"][0].startswith("BEGIN;EXECUTE hopper_")
+    assert framed["simple"][1:] == ["COMMIT"]
     # The wake-up is part of the insert, not a statement of its own.
     assert (unique["round_trips"], unique["simple"]) == (3, ["BEGIN", "COMMIT"])
+
+
+def test_enqueue__an_insert_carrying_its_begin_commits_and_rolls_back_with_the_caller(
+    tx_engine: BaseEngine,
+) -> None:
+    def ids() -> set[Any]:
+        with connection.cursor() as cur:
+            cur.execute("SELECT id FROM hopper_job WHERE queue = 'cb'")
+            return {row[0] for row in cur.fetchall()}
+
+    p = JobInsertParams(kind="tests.job", queue="cb", priority=3, ttl=dt.timedelta(seconds=90))
+    with transaction.atomic():
+        kept = tx_engine.job_insert_many([p])[0].job
+        assert connection.connection.info.transaction_status == TransactionStatus.INTRANS
+    with pytest.raises(RuntimeError), transaction.atomic():
+        dropped = tx_engine.job_insert_many([p])[0].job
+        raise RuntimeError
+    assert ids() == {kept.id} and dropped.id != kept.id
+    read = tx_engine.job_get(kept.id)
+    assert read is not None
+    assert (read.state, read.priority, read.expires_at) == (
+        kept.state,
+        3,
+        kept.created_at + dt.timedelta(seconds=90),
+    )
+    assert (kept.scheduled_at, kept.expires_at) == (read.scheduled_at, read.expires_at)
+
+
+def test_enqueue__a_statement_deallocated_under_it_is_prepared_again(
+    tx_engine: BaseEngine,
+) -> None:
+    p = JobInsertParams(kind="tests.job", queue="dealloc")
+
+    def in_atomic() -> JobRow:
+        with transaction.atomic():
+            return tx_engine.job_insert_many([p])[0].job
+
+    tx_engine.job_insert_many([p])  # a statement psycopg prepared, as a worker's are
+    first = count(in_atomic)  # prepares in the same round trip
+    assert first["round_trips"] == 2 and first["simple"][0].startswith("PREPARE hopper_")
+    # psycopg deallocates every prepared statement when it rolls back.
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tx_engine.job_insert_many([p])
+        raise RuntimeError
+    again = count(in_atomic)
+    assert again["round_trips"] == 3
+    assert again["simple"][1].startswith("ROLLBACK;PREPARE hopper_")
+    assert count(in_atomic)["round_trips"] == 2
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM hopper_job WHERE queue = 'dealloc'")
+        assert cur.fetchone() == (4,)
+
+
+def test_enqueue__a_connection_with_its_own_isolation_level_keeps_psycopgs_begin(
+    tx_engine: BaseEngine,
+) -> None:
+    p = JobInsertParams(kind="tests.job", queue="iso")
+    tx_engine.job_insert_many([p])  # prepares the statement
+    connection.connection.isolation_level = IsolationLevel.REPEATABLE_READ
+    try:
+
+        def in_atomic() -> None:
+            with transaction.atomic():
+                tx_engine.job_insert_many([p])
+
+        framed = count(in_atomic)
+    finally:
+        connection.connection.isolation_level = None
+    assert framed["round_trips"] == 3
+    assert framed["simple"] == ["BEGIN ISOLATION LEVEL REPEATABLE READ", "COMMIT"]
 
 
 def test_listener__a_lost_connection_raises_database_error(tx_engine: BaseEngine) -> None:

@@ -31,10 +31,26 @@ indexes and is made once per connection (again after ANALYZE).
 
 Results are loaded with psycopg's C timestamptz loader when Django uses
 time zones (Django's own loader is a Python subclass psycopg cannot swap).
+
+psycopg sends a transaction's ``BEGIN`` as a query of its own, a round trip,
+before the first statement (``Connection._start_query``; in pipeline mode it
+follows it with a Sync). A statement that may open the caller's transaction
+(``_fetchall(..., begin=True)``: the one-job insert of ``enqueue()`` in
+``atomic()``) carries the ``BEGIN`` itself instead: when psycopg would send a
+plain ``BEGIN`` next, the statement goes as one simple query, ``BEGIN;EXECUTE
+name(literals)``, of a statement hopper prepared under its own name (SQL-level
+``EXECUTE`` runs it with the same cached plan). The server is then in the
+transaction psycopg would have opened, so psycopg sends no ``BEGIN`` and
+Django's ``COMMIT`` or ``ROLLBACK`` ends it as usual. A statement deallocated
+under hopper (psycopg's ``DEALLOCATE ALL`` after a rollback, ``DISCARD ALL``)
+is prepared again in one more round trip (``_run_with_begin``). Connections
+with an isolation level, read-only or deferrable setting of their own keep
+psycopg's ``BEGIN``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -47,6 +63,9 @@ from django.db import Error as DjangoDatabaseError
 from django.db import InterfaceError as DjangoInterfaceError
 from django.db import OperationalError as DjangoOperationalError
 from django.db import transaction
+from psycopg import abc
+from psycopg.adapt import Transformer
+from psycopg.errors import error_from_result
 from psycopg.types.datetime import TimestamptzLoader
 
 from django_hopper.engine.base import BaseEngine
@@ -77,6 +96,13 @@ _EXPLICIT_PREPARE_ONLY = 1 << 30
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
+_PIPELINE_OFF = psycopg.pq.PipelineStatus.OFF
+_CONNECTION_OK = psycopg.pq.ConnStatus.OK
+_SQLSTATE = psycopg.pq.DiagnosticField.SQLSTATE
+#: The SQLSTATEs of an EXECUTE whose prepared statement does not exist, and
+#: of a PREPARE whose name is taken.
+_NO_SUCH_STATEMENT = b"26000"
+_STATEMENT_EXISTS = b"42P05"
 _FORCE_GENERIC_PLAN = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
 
 
@@ -138,6 +164,33 @@ def raw_query(sql: str) -> tuple[bytes, tuple[str, ...]]:
         out = (_NAMED.sub(number, compact(sql)).encode(), tuple(names))
         _RAW[sql] = out
     return out
+
+
+_STATEMENT_NAMES: dict[bytes, bytes] = {}
+
+
+def statement_name(text: bytes) -> bytes:
+    """Return the name hopper prepares ``text`` under: ``hopper_`` and a digest of the text.
+
+    A digest, so that a changed text (a new release in a long-lived session)
+    is a new statement, never the old one run with new parameters.
+    """
+    name = _STATEMENT_NAMES.get(text)
+    if name is None:
+        name = _STATEMENT_NAMES[text] = b"hopper_" + hashlib.sha1(text).hexdigest()[:16].encode()
+    return name
+
+
+def _sends_begin(raw: psycopg.Connection[Any]) -> bool:
+    """Return whether psycopg would send a plain ``BEGIN`` of its own before the next statement."""
+    return (
+        not raw.autocommit
+        and raw.info.transaction_status == _IDLE
+        and raw.pgconn.pipeline_status == _PIPELINE_OFF
+        and raw.isolation_level is None
+        and raw.read_only is None
+        and raw.deferrable is None
+    )
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -262,14 +315,20 @@ class PostgresSupport(BaseEngine):
         *,
         prepare: bool = False,
         generic_plan: bool = False,
+        begin: bool = False,
     ) -> list[tuple[Any, ...]]:
         """Run a named query and return its rows (prepared with ``prepare``).
 
         ``generic_plan``: outside a transaction, run it in one of its own with
-        the generic plan forced (see the module docstring).
+        the generic plan forced (see the module docstring). ``begin``: when
+        the query opens the caller's transaction, send the ``BEGIN`` with it,
+        in the same round trip (see the module docstring).
         """
         with db_errors():
             cursor = self._prepared_cursor() if prepare else None
+            if cursor is not None and begin and _sends_begin(cursor.connection):
+                with self.connection.wrap_database_errors:
+                    return self._run_with_begin(cursor, sql or QUERIES[name], params)
             if cursor is not None and generic_plan:
                 raw = cursor.connection
                 if (
@@ -306,6 +365,69 @@ class PostgresSupport(BaseEngine):
             setting.execute(_FORCE_GENERIC_PLAN)
             cursor.execute(text, [params[n] for n in names], prepare=True)
         return cursor.fetchall()
+
+    def _run_with_begin(
+        self, cursor: psycopg.Cursor[Any], sql: str, params: Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        """Open the transaction and run the statement in one simple query; return its rows.
+
+        The parameters are sent as literals quoted by psycopg's own dumpers
+        (``Transformer.as_literal``, the ones its client-side cursor uses),
+        into ``EXECUTE`` of a statement prepared under :func:`statement_name`.
+        The first call on a connection prepares it in the same query
+        (``PREPARE`` is not transactional: it outlives a rollback). psycopg
+        deallocates every prepared statement when it rolls a transaction back;
+        the next call then finds the statement gone, and rolls back its own
+        failed ``BEGIN`` (nothing else ran in that transaction), prepares and
+        runs again, in one more round trip. ``PQexec`` waits without holding
+        the GIL.
+        """
+        raw = cursor.connection
+        text, names = raw_query(sql)
+        name = statement_name(text)
+        conn = self.connection
+        state: tuple[Any, set[bytes], abc.Transformer] | None = getattr(conn, "_hopper_named", None)
+        if state is None or state[0] is not raw:
+            state = (raw, set(), Transformer(cursor))
+            conn._hopper_named = state
+        _, prepared, tx = state
+        run = b"".join(
+            (
+                b"BEGIN;EXECUTE ",
+                name,
+                b"(",
+                b",".join([tx.as_literal(params[n]) for n in names]),
+                b")",
+            )
+        )
+        prepare = b"PREPARE " + name + b" AS " + text + b";"
+        query = run if name in prepared else prepare + run
+        pgconn = raw.pgconn
+        for retry in (False, True):
+            result = pgconn.exec_(query)
+            if result.status == _TUPLES_OK:
+                prepared.add(name)
+                tx.set_pgresult(result)
+                return tx.load_rows(0, result.ntuples, tuple)  # type: ignore[no-any-return]
+            sqlstate = result.error_field(_SQLSTATE)
+            if retry or sqlstate not in (_NO_SUCH_STATEMENT, _STATEMENT_EXISTS):
+                break
+            # Deallocated: the failed transaction holds only its BEGIN. Taken:
+            # the PREPARE failed alone, and the statement is there.
+            query = b"ROLLBACK;" + prepare + run if sqlstate == _NO_SUCH_STATEMENT else run
+        prepared.discard(name)
+        self._check_result(raw, result)
+        raise AssertionError("unreachable")  # pragma: no cover - _check_result raised
+
+    @staticmethod
+    def _check_result(raw: psycopg.Connection[Any], result: psycopg.pq.abc.PGresult) -> None:
+        """Raise the psycopg error a failed ``PQexec`` result stands for."""
+        if result.status in (psycopg.pq.ExecStatus.COMMAND_OK, _TUPLES_OK):
+            return
+        if raw.pgconn.status != _CONNECTION_OK:
+            message = raw.pgconn.error_message.decode(errors="replace").strip()
+            raise psycopg.OperationalError(message or "the connection is lost")
+        raise error_from_result(result, encoding=raw.info.encoding)
 
     def _fetchone(
         self,

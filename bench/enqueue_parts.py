@@ -1,0 +1,217 @@
+"""Time the parts of one ``enqueue()`` in ``atomic()``: ``python -m bench.enqueue_parts``.
+
+Each part is timed on its own, on the benchmark's database, as the minimum
+(and the median) over ``--rounds`` rounds of ``--n`` calls, so a loaded
+machine moves the medians but hardly the minima. The parts:
+
+- the raw bound: one prepared one-row insert in autocommit (``bench.raw``);
+- a bare round trip (a prepared ``SELECT 1``) and an empty ``BEGIN``/``COMMIT``;
+- hopper's insert statement alone, in autocommit, with and without its
+  wake-up, sent from psycopg with the engine's own parameters (no Python of
+  hopper's around it);
+- ``enqueue()`` in autocommit and in ``atomic()``, and ``enqueue()`` with the
+  statement stubbed out (hopper's Python alone);
+- Django's ``atomic()`` entered and left around nothing.
+
+PostgreSQL only. Uses ``bench/settings.py``'s database (``BENCH_PG_DB``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+_BOUND = "raw one-row insert, autocommit (bound)"
+_IN_ATOMIC = "enqueue() in atomic()"
+
+
+def timed(call: Callable[[], Any], n: int, rounds: int) -> tuple[float, float]:
+    """Return the minimum and the median of ``rounds`` rounds, µs per call."""
+    per: list[float] = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(n):
+            call()
+        per.append((time.perf_counter() - start) / n * 1e6)
+    return min(per), statistics.median(per)
+
+
+def parts(n: int, rounds: int, flush: bool = True) -> dict[str, tuple[float, float]]:
+    """Time each part; return {label: (min µs, median µs)}.
+
+    ``flush=False`` turns ``synchronous_commit`` off for the session: a commit
+    then no longer waits for the WAL flush (the same one wait for the raw
+    insert and for hopper, and the noisiest part on a shared disk), which
+    leaves what hopper adds.
+    """
+    from unittest import mock
+
+    import psycopg
+    from django.db import connection, transaction
+
+    from bench import raw
+    from bench.jobs import noop
+    from django_hopper.engine.postgres import jobs as pg_jobs
+    from django_hopper.engine.postgres.support import raw_query
+
+    connection.ensure_connection()
+    pg = connection.connection
+    cur = psycopg.RawCursor(pg)
+    if not flush:
+        cur.execute(b"SET synchronous_commit = off")
+    raw_sql = (
+        f"INSERT INTO hopper_job ({raw.INSERT_COLS}) VALUES "
+        "($1, $2, 'bench', $3, $4, $5, $6, now(), 0, $7::jsonb, '{}', '[]', '[]', false, now())"
+    )
+
+    def raw_insert() -> None:
+        row = raw._insert_row("postgresql")
+        cur.execute(raw_sql, (row[0], row[1], *row[3:], raw.ARGS_JSON), prepare=True)
+
+    def select_1() -> None:
+        cur.execute("SELECT 1", prepare=True)
+
+    def begin_commit() -> None:
+        cur.execute(b"BEGIN")
+        cur.execute(b"COMMIT")
+
+    # hopper's statement with the values the engine sends for noop.enqueue().
+    captured: list[tuple[bytes, list[Any]]] = []
+    real_execute = psycopg.RawCursor.execute
+
+    def capture(self: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+        captured.append((query, list(params or [])))
+        return real_execute(self, query, params, **kw)
+
+    with mock.patch.object(psycopg.RawCursor, "execute", capture):
+        noop.enqueue()
+    text, values = captured[-1]
+
+    def with_id(vals: list[Any]) -> list[Any]:
+        from django_hopper.ids import new_ids
+
+        out = list(vals)
+        out[id_at] = new_ids(1)[0]
+        return out
+
+    _, names = raw_query(pg_jobs._INSERT_ONE)
+    id_at = names.index("id")
+    notify_at = names.index("notify") if "notify" in names else None
+
+    def statement(notify: bool) -> Callable[[], None]:
+        vals = list(values)
+        if notify_at is not None:
+            vals[notify_at] = notify
+
+        def run() -> None:
+            cur.execute(text, with_id(vals), prepare=True)
+
+        return run
+
+    def atomic_empty() -> None:
+        with transaction.atomic():
+            pass
+
+    def in_atomic() -> None:
+        with transaction.atomic():
+            noop.enqueue()
+
+    class _Stub:
+        """A prepared cursor that sends nothing and returns one inserted row."""
+
+        def __init__(self, real: Any) -> None:
+            self.connection = real.connection
+            self.closed = False
+            self.pgresult = None
+
+        def execute(self, query: Any, params: Any = None, **kw: Any) -> None:
+            from django_hopper.types import JobState
+
+            self._row = (params[id_at], JobState.AVAILABLE, NOW, None, NOW)
+
+        def fetchall(self) -> list[Any]:
+            return [self._row]
+
+    from django.utils import timezone
+
+    NOW = timezone.now()
+
+    def python_only() -> tuple[float, float]:
+        """Time enqueue() in autocommit on a cursor that sends nothing."""
+        from django_hopper.engine.postgres import support
+
+        saved = getattr(connection, "_hopper_cursor", None)
+        connection._hopper_cursor = _Stub(cur)
+        try:
+            with mock.patch.object(support, "_has_rows", lambda c: True):
+                return timed(noop.enqueue, n, rounds)
+        finally:
+            connection._hopper_cursor = saved
+
+    for call in (raw_insert, in_atomic, noop.enqueue):  # warm-up: prepare, plan
+        for _ in range(10):
+            call()
+    calls = {
+        _BOUND: raw_insert,
+        "bare round trip (prepared SELECT 1)": select_1,
+        "BEGIN + COMMIT of nothing (2 round trips)": begin_commit,
+        "hopper statement, autocommit, with wake-up": statement(True),
+        "hopper statement, autocommit, no wake-up": statement(False),
+        "Django atomic() around nothing": atomic_empty,
+        "enqueue(), autocommit": noop.enqueue,
+        _IN_ATOMIC: in_atomic,
+    }
+    # Interleaved: every round runs every part once, so a burst of load
+    # elsewhere hits all parts alike, and the minima are comparable.
+    per: dict[str, list[float]] = {label: [] for label in calls}
+    for _ in range(rounds):
+        for label, call in calls.items():
+            per[label].append(timed(call, n, 1)[0])
+    out = {label: (min(v), statistics.median(v)) for label, v in per.items()}
+    out["enqueue() Python alone (statement stubbed)"] = python_only()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the parts of one enqueue, µs per call (minimum and median)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=100, help="calls per round")
+    parser.add_argument("--rounds", type=int, default=25, help="rounds per part")
+    parser.add_argument(
+        "--no-flush", action="store_true", help="commits do not wait for the WAL flush"
+    )
+    args = parser.parse_args(argv)
+    os.environ.setdefault("BENCH_ENGINE", "postgres")
+    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        print("bench.enqueue_parts: PostgreSQL only", file=sys.stderr)
+        return 2
+    call_command("migrate", verbosity=0, interactive=False)
+    try:
+        out = parts(args.n, args.rounds, flush=not args.no_flush)
+        for label, (low, mid) in out.items():
+            print(f"{label:<48} min {low:7.1f} µs   median {mid:7.1f} µs")
+        bound, atomic = out[_BOUND], out[_IN_ATOMIC]
+        print(
+            f"{'enqueue() in atomic() / raw insert':<48} "
+            f"min {bound[0] / atomic[0]:5.2f} x      median {bound[1] / atomic[1]:5.2f} x"
+        )
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("DELETE FROM hopper_job WHERE queue = 'bench'")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
