@@ -385,8 +385,11 @@ def test_enqueue__is_one_statement_in_a_transaction_and_one_round_trip_alone(
     assert framed["round_trips"] == 2
     assert framed["simple"][0].startswith("BEGIN;EXECUTE hopper_")
     assert framed["simple"][1:] == ["COMMIT"]
-    # The wake-up is part of the insert, not a statement of its own.
-    assert (unique["round_trips"], unique["simple"]) == (3, ["BEGIN", "COMMIT"])
+    # The wake-up is part of the insert, not a statement of its own; the
+    # unique insert carries the BEGIN too.
+    assert unique["round_trips"] == 2
+    assert unique["simple"][0].startswith("BEGIN;EXECUTE hopper_")
+    assert unique["simple"][1:] == ["COMMIT"]
 
 
 def test_enqueue__an_insert_carrying_its_begin_commits_and_rolls_back_with_the_caller(
@@ -413,6 +416,47 @@ def test_enqueue__an_insert_carrying_its_begin_commits_and_rolls_back_with_the_c
         kept.created_at + dt.timedelta(seconds=90),
     )
     assert (kept.scheduled_at, kept.expires_at) == (read.scheduled_at, read.expires_at)
+
+
+@pytest.mark.parametrize("unique_key", [None, "k'1"])
+def test_enqueue__every_value_survives_the_literals_of_an_insert_carrying_its_begin(
+    tx_engine: BaseEngine, unique_key: str | None
+) -> None:
+    db_now = tx_engine.now()
+    p = JobInsertParams(
+        kind="tests.job",
+        queue="lit",
+        priority=-7,
+        max_attempts=40_000,
+        scheduled_at=db_now + dt.timedelta(hours=2, microseconds=17),
+        args={"args": ["it's", 'a "q"', "\\x", None, 1.5], "kwargs": {"ü": [True]}},
+        metadata={"k": "v'"},
+        tags=("a", "b'"),
+        unique_key=unique_key,
+        ordering_key="o'k",
+        partition_key="p",
+        ttl=dt.timedelta(days=3, seconds=5),
+        awaited=True,
+        subject="s'1",
+    )
+    done: list[JobRow] = []
+
+    def in_atomic() -> None:
+        with transaction.atomic():
+            done.append(tx_engine.job_insert_many([p], JobInsertOpts(notify=True))[0].job)
+
+    assert count(in_atomic)["simple"][0].startswith("PREPARE hopper_")
+    inserted = done[0]
+    read = tx_engine.job_get(inserted.id)
+    assert read == inserted
+    assert (read.priority, read.max_attempts, read.args, read.tags, read.subject) == (
+        -7,
+        40_000,
+        p.args,
+        ["a", "b'"],
+        "s'1",
+    )
+    assert read.scheduled_at == p.scheduled_at and read.state == "scheduled"
 
 
 def test_enqueue__a_statement_deallocated_under_it_is_prepared_again(

@@ -211,7 +211,7 @@ class JobsMixin(PostgresSupport):
             # wake-up, which finds nothing more to claim: cheaper than a
             # statement of its own for the wake-ups.
             values = {**arrays, "now": opts.now, "notify": opts.notify, "channel": CHANNEL_INSERT}
-            rows = self._fetchall("job_insert_many", values, prepare=True)
+            rows = self._fetchall("job_insert_many", values, prepare=True, begin=True)
             returned = {row[0]: row for row in rows}
             inserted = {
                 job_id: convert.inserted_job(p, arrays, k, returned[job_id])

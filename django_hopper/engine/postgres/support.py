@@ -35,8 +35,8 @@ time zones (Django's own loader is a Python subclass psycopg cannot swap).
 psycopg sends a transaction's ``BEGIN`` as a query of its own, a round trip,
 before the first statement (``Connection._start_query``; in pipeline mode it
 follows it with a Sync). A statement that may open the caller's transaction
-(``_fetchall(..., begin=True)``: the one-job insert of ``enqueue()`` in
-``atomic()``) carries the ``BEGIN`` itself instead: when psycopg would send a
+(``_fetchall(..., begin=True)``: the insert of ``enqueue()``, with or
+without a unique key) carries the ``BEGIN`` itself instead: when psycopg would send a
 plain ``BEGIN`` next, the statement goes as one simple query, ``BEGIN;EXECUTE
 name(literals)``, of a statement hopper prepared under its own name (SQL-level
 ``EXECUTE`` runs it with the same cached plan). The server is then in the
