@@ -16,6 +16,12 @@ per set-up, the least of the rounds being what a loaded machine moves least.
 ``--engine postgres`` uses ``BENCH_PG_DB``:
 
     python -m bench.observe_cpu --workers --jobs 6000 --rounds 4 --engine sqlite
+
+``--callgrind off|on`` works ``--jobs`` jobs in one in-process worker and
+nothing else, for machine instructions per job, which no load moves:
+
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        python -m bench.observe_cpu --callgrind on --jobs 2000   # and --jobs 0; and off
 """
 
 from __future__ import annotations
@@ -38,6 +44,14 @@ def main() -> None:
         "--workers", action="store_true", help="Real hopper_worker --burst processes."
     )
     parser.add_argument("--engine", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument(
+        "--callgrind",
+        choices=("off", "on"),
+        default=None,
+        help="Only work --jobs jobs (0: none) in one in-process SQLite worker, off or with "
+        "the target's set-up as bench.settings turns it on (random IDs seeded), for valgrind "
+        "--tool=callgrind: (instructions with N - with 0) / N is instructions per job.",
+    )
     options = parser.parse_args()
     if options.engine == "postgres" and not options.workers:
         parser.error("--engine postgres needs --workers")
@@ -46,6 +60,9 @@ def main() -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
     if options.workers:
         workers(options.jobs, options.rounds)
+        return
+    if options.callgrind is not None:
+        instructions(options.jobs, on=options.callgrind == "on")
         return
 
     import django
@@ -124,6 +141,41 @@ TARGET = {
     "BENCH_OBSERVE_RATIO": "0.1",
     "BENCH_OBSERVE_EXPORTER": "prometheus",
 }
+
+
+def instructions(jobs: int, *, on: bool) -> None:
+    """Work ``jobs`` jobs in one in-process worker, nothing else (for callgrind)."""
+    import random
+
+    if on:
+        os.environ.update(TARGET)
+    import django
+
+    django.setup()
+    from django.db import connection
+
+    import bench.jobs  # noqa: F401 - registers the no-op job
+    from bench import raw
+    from bench.run import prepare_database
+    from django_hopper.engine import get_engine
+    from django_hopper.worker import Worker, WorkerConfig
+
+    prepare_database()
+    random.seed(7)  # the SDK's trace IDs, hence which attempts are sampled
+    if jobs:
+        with connection.cursor() as c:
+            c.execute(*raw.seed_sql("sqlite", queue="bench", state="available", n=jobs))
+    worker = Worker(WorkerConfig(queues={"bench": 10}, maintenance=False), get_engine())
+    worker.setup()
+    done = 0
+    try:
+        while done < jobs:
+            ran = worker.run_once()
+            if not ran:
+                break
+            done += ran
+    finally:
+        worker.shutdown()
 
 
 def workers(jobs: int, rounds: int) -> None:
