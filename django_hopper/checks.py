@@ -167,6 +167,19 @@ def _check_numbers(user: dict[str, Any], defaults: dict[str, Any]) -> list[Any]:
                     id="hopper.E010",
                 )
             )
+    ahead = user.get("CLAIM_AHEAD", defaults["CLAIM_AHEAD"])
+    if ahead is not None and (not isinstance(ahead, int) or isinstance(ahead, bool) or ahead < 0):
+        errors.append(
+            Error(
+                f"HOPPER['CLAIM_AHEAD'] must be None or an integer >= 0, not {ahead!r}.",
+                hint=(
+                    "It is how many jobs a queue's worker may claim beyond its free slots "
+                    "while its jobs are short: None (the default) claims up to the queue's "
+                    "concurrency ahead, 0 turns it off."
+                ),
+                id="hopper.E018",
+            )
+        )
     margin = user.get("PASS_LEASE_MARGIN", defaults["PASS_LEASE_MARGIN"])
     if not _is_number(margin) or not 0 <= margin < 1:
         errors.append(

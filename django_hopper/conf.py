@@ -27,6 +27,12 @@ DEFAULTS: dict[str, Any] = {
     # idle queue is claimed at once, a burst of inserts costs one claim per
     # interval instead of one per job. 0 claims on every wake-up.
     "CLAIM_DEBOUNCE": 0.005,
+    # Jobs a queue's worker may claim beyond its free slots while its jobs are
+    # short, to start them from a local buffer the moment a slot frees (None:
+    # the queue's concurrency; 0 turns it off). Never on a queue with limits,
+    # never a job with an ordering key; a worker that dies holding them has each
+    # counted as an admission miss, not an attempt (docs/queue-controls.md).
+    "CLAIM_AHEAD": None,
     # Client lease: its time to live and how often it is renewed (seconds).
     "CLIENT_TTL": 30.0,
     "HEARTBEAT_INTERVAL": 5.0,

@@ -78,6 +78,11 @@ class JobBase(models.Model):
     # the live table only; history has them so that its columns stay the live ones.
     lease_began_at = models.DateTimeField(null=True, blank=True)
     admission_misses = models.IntegerField(null=True, blank=True)
+    # When a worker claimed the running job ahead of a free slot, to start it from
+    # its local buffer (null: claimed into a free slot, or not running). A rescue
+    # cannot tell whether such a job started, so it counts an admission miss
+    # instead of charging an attempt. Written on the live table only.
+    claimed_ahead_at = models.DateTimeField(null=True, blank=True)
     # The job's step name within its workflow (WorkflowInsertParams.Steps), or null.
     step = models.CharField(max_length=255, null=True, blank=True)
     # The data subject whose data the job carries (erase_subject finds it by this

@@ -83,6 +83,7 @@ from django_hopper.engine.params import (
     JobRetryManyParams,
     JobRetryOrderingKeyParams,
     JobRetryParams,
+    JobReturnManyParams,
     JobScheduleParams,
     JobsMaintainParams,
     JobsMaintainResult,
@@ -361,12 +362,36 @@ class BaseEngine(ABC):
         then scheduled_at, then ID. Each claimed job gets fence+1, attempt+1,
         attempted_at = now, attempted_by = client, snooze reason cleared.
         """
-        if checks.limit(params.limit) == 0:
+        ahead = checks.limit(params.ahead, "ahead")
+        if params.limited and ahead:
+            # A queue's limits count what runs; a job held in a buffer would
+            # take a place it does not use, so the limited path never claims ahead.
+            params = dataclasses.replace(params, ahead=0)
+            ahead = 0
+        if checks.limit(params.limit) + ahead == 0:
             return JobClaimResult(jobs=[])
         validation.queue_name(params.queue)
         if params.limited:
             return self._job_claim_limited(params)
         return self._job_claim(params)
+
+    def job_return_many(self, params: JobReturnManyParams) -> list[JobID]:
+        """Give back jobs claimed ahead of a free slot that never started; return their IDs.
+
+        Each job still running in the client's claim at the given fence, marked
+        claimed ahead and without a cancel request becomes available again (or
+        scheduled, if its time is still to come) with its attempt given back:
+        no handler ran, so neither an attempt nor an admission miss is counted.
+        The fence stays bumped, so no result of that claim can apply later. A
+        job left out (rescued meanwhile, or with a cancel requested) is not
+        returned. The queues that got jobs back are woken.
+        """
+        checks.return_many(params)
+        if not params.jobs:
+            return []
+        returned = self._job_return_many(params)
+        self._send(outcomes.woken_queues([queue for _id, queue in returned]))
+        return [id for id, _queue in returned]
 
     def job_schedule(self, params: JobScheduleParams) -> int:
         """Make due scheduled and retryable jobs available; return how many."""
@@ -690,7 +715,12 @@ class BaseEngine(ABC):
                 return None
             job, misses = found
             result = rules.admission_miss_result(
-                job, misses, params.max_misses, params.reason, params.lease_token
+                job,
+                misses,
+                params.max_misses,
+                params.reason,
+                params.lease_token,
+                ahead=params.ahead,
             )
             applied = self.job_finalize_many(JobFinalizeParams(jobs=[result], now=params.now))
         if not applied:
@@ -1346,6 +1376,10 @@ class BaseEngine(ABC):
     @abstractmethod
     def _job_claim_limited(self, params: JobClaimParams) -> JobClaimResult:
         """Claim through the limited path: lock the queue row, plan with engine.limits."""
+
+    @abstractmethod
+    def _job_return_many(self, params: JobReturnManyParams) -> list[tuple[JobID, str]]:
+        """Return the claimed-ahead jobs in one statement; report (ID, queue) of each returned."""
 
     @abstractmethod
     def _job_schedule(self, params: JobScheduleParams) -> tuple[int, list[str]]:

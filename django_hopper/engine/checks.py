@@ -30,6 +30,7 @@ from django_hopper.engine.params import (
     JobPassMissParams,
     JobPassTakeoverParams,
     JobRecordProgressParams,
+    JobReturnManyParams,
     PeriodicRunNowParams,
     SchemaLockParams,
     StatsBoundedParams,
@@ -60,6 +61,24 @@ def limit(value: Any, field: str = "limit") -> int:
     if type(value) is not int or value < 0:
         raise InvalidJob(f"{field} must be a non-negative integer, not {value!r}", field=field)
     return value
+
+
+def return_many(params: JobReturnManyParams) -> None:
+    """Refuse a return whose client or jobs are not well formed."""
+    if type(params.client_id) is not int:
+        raise InvalidJob(
+            f"client_id must be an integer, not {params.client_id!r}", field="client_id"
+        )
+    for i, pair in enumerate(params.jobs):
+        if (
+            not isinstance(pair, tuple)
+            or len(pair) != 2
+            or not isinstance(pair[0], uuid.UUID)
+            or type(pair[1]) is not int
+        ):
+            raise InvalidJob(
+                f"jobs[{i}] must be a (job ID, fence) pair, not {pair!r}", field="jobs"
+            )
 
 
 def positive_limit(value: Any, field: str = "limit") -> int:

@@ -333,7 +333,7 @@ def runnable(engine: BaseEngine, params: JobClaimParams, jobs: list[JobRow]) -> 
             now=params.now,
         )
     )
-    more = engine.job_claim(dataclasses.replace(params, limit=len(bad))).jobs
+    more = engine.job_claim(dataclasses.replace(params, limit=len(bad), ahead=0)).jobs
     return [j for j in jobs if j.decode_error is None] + more
 
 

@@ -44,6 +44,8 @@ class JobClaimResult:
     jobs: list[JobRow]
     #: When positive, how long the rate limit will allow nothing.
     wait: dt.timedelta = dt.timedelta(0)
+    #: The jobs of ``jobs`` claimed ahead of a free slot (``JobClaimParams.ahead``).
+    ahead: frozenset[JobID] = frozenset()
 
 
 @dataclass(slots=True, frozen=True)
@@ -58,6 +60,9 @@ class RescueCandidate:
     #: True when selected for running longer than StuckAfter rather than for
     #: its client's expired lease.
     stuck: bool
+    #: Claimed ahead of a free slot: nothing tells whether it started, so its
+    #: rescue is an admission miss, never a charged attempt.
+    ahead: bool = False
 
 
 @dataclass(slots=True)
@@ -115,9 +120,24 @@ class JobInsertOpts:
 class JobClaimParams:
     queue: str
     client_id: int
+    #: How many jobs to claim into free slots (they start at once).
     limit: int
     #: Lock the queue row and apply its limits.
     limited: bool = False
+    now: dt.datetime | None = None
+    #: How many more unkeyed jobs to claim ahead of a free slot, marked so that a
+    #: rescue counts each as an admission miss; ignored on the limited path.
+    ahead: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class JobReturnManyParams:
+    """Give back jobs claimed ahead of a free slot that never started."""
+
+    #: The client whose claim holds the jobs.
+    client_id: int
+    #: (job ID, fence of the claim) of each job.
+    jobs: Sequence[tuple[JobID, int]]
     now: dt.datetime | None = None
 
 
@@ -1000,6 +1020,8 @@ class JobPassMissParams:
     reason: str
     lease_token: JobID | None = None
     now: dt.datetime | None = None
+    #: The claim was made ahead of a free slot (rules.admission_miss_result's words).
+    ahead: bool = False
 
 
 @dataclass(slots=True)

@@ -274,6 +274,10 @@ PASS_LEASE_EXPIRED_ERROR = (
 LEASE_TOO_SHORT_ERROR = "lease too short for this environment"
 #: The snooze reason of a run waiting after an admission miss.
 ADMISSION_MISS_REASON = "resumable: admission miss"
+#: The snooze reason of a job claimed ahead of a free slot whose worker stopped reporting.
+AHEAD_MISS_REASON = "claimed ahead: admission miss"
+#: The start of the error of a job discarded for losing too many claims made ahead of a slot.
+AHEAD_LOST_ERROR = "claimed ahead and lost too often"
 #: The wait after a first admission miss; it doubles per consecutive miss, up to the max.
 ADMISSION_BACKOFF_BASE = dt.timedelta(seconds=1)
 ADMISSION_BACKOFF_MAX = dt.timedelta(minutes=5)
@@ -291,7 +295,13 @@ def admission_backoff(misses: int) -> dt.timedelta:
 
 
 def admission_miss_result(
-    job: JobRow, misses: int, max_misses: int, reason: str, token: JobID | None
+    job: JobRow,
+    misses: int,
+    max_misses: int,
+    reason: str,
+    token: JobID | None,
+    *,
+    ahead: bool = False,
 ) -> JobFinalize:
     """Return how an admission miss ends ``job``'s claim: the rule, written once.
 
@@ -301,16 +311,27 @@ def admission_miss_result(
     that can never begin would otherwise be claimed and released forever with
     nothing reporting it. A requested cancel cancels it. Fenced to the claim
     (the lease ``token``, or the client).
+
+    ``ahead``: the claim was one a worker made ahead of a free slot and lost
+    (its worker stopped reporting), so nothing tells whether the job started;
+    it is counted the same way, in the words of :data:`AHEAD_MISS_REASON` and
+    :data:`AHEAD_LOST_ERROR`, so that a job that kills its workers still ends.
     """
     by = None if token is not None else job.attempted_by
     if job.cancel_requested_at is not None or misses >= max_misses:
         canceled = job.cancel_requested_at is not None
-        error = (
-            "canceled before its pass began"
-            if canceled
-            else f"{LEASE_TOO_SHORT_ERROR}: {misses} consecutive claims did not begin "
-            f"their pass (the last: {reason})"
-        )
+        if canceled:
+            error = "canceled before it started" if ahead else "canceled before its pass began"
+        elif ahead:
+            error = (
+                f"{AHEAD_LOST_ERROR}: {misses} consecutive claims ahead of a free slot "
+                f"ended with their worker gone (the last: {reason})"
+            )
+        else:
+            error = (
+                f"{LEASE_TOO_SHORT_ERROR}: {misses} consecutive claims did not begin "
+                f"their pass (the last: {reason})"
+            )
         err = attempt_error(
             job,
             error,
@@ -332,7 +353,10 @@ def admission_miss_result(
         state=JobState.SCHEDULED,
         delay=admission_backoff(misses),
         snooze=True,
-        snooze_reason=f"{ADMISSION_MISS_REASON} {misses}/{max_misses}: {reason}",
+        snooze_reason=(
+            f"{AHEAD_MISS_REASON if ahead else ADMISSION_MISS_REASON} "
+            f"{misses}/{max_misses}: {reason}"
+        ),
         lease_token=token,
     )
 

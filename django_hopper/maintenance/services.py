@@ -88,8 +88,12 @@ class Rescuer(Service):
         if not candidates:
             return 0
         kinds = set(registry.resumable())
-        missed = sum(self.miss(c) for c in candidates if c.job.kind in kinds)
-        candidates = [c for c in candidates if c.job.kind not in kinds]
+        missed = sum(
+            self.miss(c, c.job.kind not in kinds)
+            for c in candidates
+            if c.ahead or c.job.kind in kinds
+        )
+        candidates = [c for c in candidates if not c.ahead and c.job.kind not in kinds]
         if not candidates:
             return missed
         finals = [self.outcome(c) for c in candidates]
@@ -130,13 +134,16 @@ class Rescuer(Service):
                 )
         return len(done) + missed
 
-    def miss(self, candidate: RescueCandidate) -> int:
-        """End a resumable pass's claim that never began: an admission miss, no attempt.
+    def miss(self, candidate: RescueCandidate, ahead: bool = False) -> int:
+        """End a claim that never began, or may not have: an admission miss, no attempt.
 
         A resumable pass BEGINs by turning its worker's claim into a pass lease,
         which the rescue never touches; a candidate of a resumable kind is
         therefore still a client's claim whose handler never started (its
-        worker died, hung or was stopped before BEGIN). Returns 1 if it ended.
+        worker died, hung or was stopped before BEGIN). A job its worker
+        claimed ahead of a free slot (``ahead``) may or may not have left the
+        worker's buffer, and nothing tells which: it is counted the same way,
+        never charged an attempt. Returns 1 if it ended.
         """
         job = candidate.job
         what = "was stuck" if candidate.stuck else f"(client {job.attempted_by}) stopped renewing"
@@ -146,17 +153,24 @@ class Rescuer(Service):
                 attempted_by=job.attempted_by,
                 fence=job.fence,
                 max_misses=int(hopper_settings.ADMISSION_MISS_MAX),
-                reason=f"the worker {what} before the pass began",
+                reason=(
+                    f"the worker {what} holding it claimed ahead of a free slot"
+                    if ahead
+                    else f"the worker {what} before the pass began"
+                ),
+                ahead=ahead,
             )
         )
         if missed is None:
             return 0
         logger.warning(
-            "rescued run %s (%s) before its pass began: admission miss %d%s",
+            "rescued %s %s (%s) %s: admission miss %d%s",
+            "job" if ahead else "run",
             job.id,
             job.kind,
+            "claimed ahead of a free slot" if ahead else "before its pass began",
             missed.misses,
-            ", the run fails" if missed.failed else "",
+            (", the job is discarded" if ahead else ", the run fails") if missed.failed else "",
         )
         return 1
 

@@ -1,4 +1,5 @@
-"""The producer: claims one queue's jobs, up to its free slots, when woken or polled."""
+"""The producer: claims one queue's jobs, up to its free slots (and, while its jobs
+are short, a buffer's worth ahead of them), when woken or polled."""
 
 from __future__ import annotations
 
@@ -6,12 +7,17 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django_hopper import registry
 from django_hopper.conf import hopper_settings
-from django_hopper.engine.params import JobClaimParams, JobPassTakeoverParams
+from django_hopper.engine.params import (
+    JobClaimParams,
+    JobPassTakeoverParams,
+    JobReturnManyParams,
+)
 from django_hopper.worker.db import (
     Backoff,
     ConnectionWatch,
@@ -21,7 +27,7 @@ from django_hopper.worker.db import (
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
-    from django_hopper.types import JobRow
+    from django_hopper.types import JobID, JobRow
     from django_hopper.worker.control import ControlState
 
 logger = logging.getLogger("django_hopper.worker")
@@ -32,6 +38,16 @@ logger = logging.getLogger("django_hopper.worker")
 REFILL = 0.5
 #: ...but never leave a freed slot idle longer than this many seconds.
 REFILL_WAIT = 0.002
+#: Claim ahead of the free slots only while the queue's jobs run shorter than
+#: this on average (seconds): a claim's round trip is then a large part of a
+#: slot's cycle, and a buffered job waits about one run. For longer jobs it buys
+#: nothing and would hold jobs a later, higher-priority one could pass.
+AHEAD_MAX_RUN = 0.01
+#: A buffered job waiting longer than this (seconds; its jobs turned slow) is
+#: given back, with the rest of the buffer, so another worker can run them.
+AHEAD_MAX_WAIT = 0.2
+#: The weight of the latest run time in the running mean the decision reads.
+RUN_MEAN_WEIGHT = 0.1
 
 
 class Producer:
@@ -39,6 +55,16 @@ class Producer:
 
     It starts each claimed job through ``start_job`` (the worker's, which hands
     it to the executor) and gets the slot back through :meth:`release`.
+
+    While the queue's jobs are short and it has no limits, a claim also takes
+    up to ``ahead`` jobs beyond the free slots, which the claim statement marks
+    as claimed ahead; they wait in :attr:`buffer`, in claim order, and the next
+    one starts the moment a slot frees, with no round trip, so the next claim
+    overlaps running jobs instead of holding a freed slot idle. A buffered job
+    never started, so one given back (on stop, once fenced, or after waiting
+    :data:`AHEAD_MAX_WAIT`) costs neither an attempt nor an admission miss
+    (``job_return_many``); a worker that dies holding some has each counted
+    as an admission miss by the rescue, since nothing tells whether it started.
     """
 
     def __init__(
@@ -51,9 +77,22 @@ class Producer:
         start_job: Callable[[JobRow, Producer], None],
         poll_interval: float,
         claim_debounce: float,
+        ahead: int = 0,
+        unstarted: Callable[[JobRow], None] | None = None,
     ) -> None:
         self.queue = queue
         self.concurrency = concurrency
+        #: Jobs claimed ahead of the free slots at most (0: never).
+        self.ahead = max(0, ahead)
+        #: Ends a buffered job the return left running (its cancel was requested).
+        self.unstarted = unstarted
+        #: Jobs claimed ahead, with the monotonic time of their claim, in claim order.
+        self.buffer: deque[tuple[JobRow, float]] = deque()
+        #: The running mean of the queue's run times (seconds). It starts at the
+        #: bound, so claims go ahead only once the queue's jobs proved short.
+        self.mean_run = AHEAD_MAX_RUN
+        #: Buffered jobs given back unstarted (read by the stop line and metrics).
+        self.returned = 0
         self.engine = engine
         self.control = control
         self.start_job = start_job
@@ -79,9 +118,20 @@ class Producer:
         self.thread: threading.Thread | None = None
 
     def free(self) -> int:
-        """Return how many more jobs this queue may run now."""
+        """Return how many more jobs a claim of this queue may take now: its free
+        slots plus the room left in its buffer."""
         with self._lock:
-            return self.concurrency - self.running
+            return self._room()
+
+    def _room(self) -> int:
+        """Return the free slots plus the buffer's room (hold the lock)."""
+        slots = max(0, self.concurrency - self.running)
+        return slots + max(0, self._ahead_cap() - len(self.buffer))
+
+    def _ahead_cap(self) -> int:
+        """Return how many jobs may wait in the buffer now: ``ahead`` while the
+        queue's jobs are short, else none."""
+        return self.ahead if self.mean_run < AHEAD_MAX_RUN else 0
 
     def wait_refill(self) -> None:
         """After a full claim, give more slots up to REFILL_WAIT to free before claiming.
@@ -96,11 +146,21 @@ class Producer:
                 self.wake.wait(REFILL_WAIT)
             self.wake.clear()  # the claim that follows covers whatever woke us
 
-    def release(self) -> None:
-        """Free a slot; wake the producer if the queue may hold more work."""
+    def release(self, ran: float | None = None) -> None:
+        """Free a slot (``ran``: the seconds its job ran), or start the next
+        buffered job in it; wake the producer if the queue may hold more work."""
+        control = self.control
+        nxt: JobRow | None = None
         with self._lock:
-            self.running -= 1
-            free = self.concurrency - self.running
+            if ran is not None:
+                self.mean_run += RUN_MEAN_WEIGHT * (ran - self.mean_run)
+            if self.buffer and not (control.stopping.is_set() or control.fenced):
+                nxt = self.buffer.popleft()[0]  # the slot passes to it
+            else:
+                self.running -= 1
+            free = self._room()
+        if nxt is not None:
+            self.start_job(nxt, self)
         if self.full and (free == 1 or free >= self.refill):
             # The first freed slot starts the refill wait; enough free slots end it.
             self.wake.set()
@@ -109,15 +169,19 @@ class Producer:
             self.control.activity.set()  # idle now: burst mode and wait_idle look again
 
     def claim_once(self) -> int:
-        """Claim up to the free slots in one call and start the jobs; return how many."""
+        """Claim up to the free slots (and the buffer's room) in one call, start the
+        jobs the slots take and buffer the rest; return how many were claimed."""
         control = self.control
         if not control.may_claim_from(self.queue):
             return 0
         if time.monotonic() < self.hold_until:
             return 0
-        free = self.free()
+        limited = self.queue in control.limited_queues
+        with self._lock:
+            free = max(0, self.concurrency - self.running)
+            room = 0 if limited else max(0, self._ahead_cap() - len(self.buffer))
         client_id = control.client_id
-        if free <= 0 or client_id is None:
+        if free + room <= 0 or client_id is None:
             return 0
         self.last_claim = time.monotonic()
         try:
@@ -133,24 +197,117 @@ class Producer:
             )
         result = self.engine.job_claim(
             JobClaimParams(
-                queue=self.queue,
-                client_id=client_id,
-                limit=free,
-                limited=self.queue in control.limited_queues,
+                queue=self.queue, client_id=client_id, limit=free, ahead=room, limited=limited
             )
         )
+        jobs = result.jobs
         self.claims += 1
-        self.claimed += len(result.jobs)
-        self.last_batch = len(result.jobs)
+        self.claimed += len(jobs)
+        self.last_batch = len(jobs)
         if result.wait > dt.timedelta(0):
             self.hold_until = time.monotonic() + result.wait.total_seconds()
-        self.full = len(result.jobs) >= free
-        if result.jobs:
+        self.full = len(jobs) >= free + room
+        if not jobs:
+            return 0
+        ahead = result.ahead
+        start = [j for j in jobs if j.id not in ahead]
+        later = [j for j in jobs if j.id in ahead]
+        with self._lock:
+            # Slots freed during the claim take claimed-ahead jobs at once.
+            if later and not control.stopping.is_set():
+                spare = max(0, self.concurrency - self.running - len(start))
+                start += later[:spare]
+                later = later[spare:]
+            self.running += len(start)
+            if later:
+                now = time.monotonic()
+                self.buffer.extend((job, now) for job in later)
+        for job in start:
+            self.start_job(job, self)
+        return len(jobs)
+
+    def take_buffered(self, job_id: JobID) -> JobRow | None:
+        """Remove a buffered job (its cancel was requested) and return it, or None."""
+        with self._lock:
+            for i, (job, _at) in enumerate(self.buffer):
+                if job.id == job_id:
+                    del self.buffer[i]
+                    return job
+        return None
+
+    def buffer_wait(self) -> float | None:
+        """Return the seconds until the oldest buffered job waits too long (None: empty)."""
+        with self._lock:
+            if not self.buffer:
+                return None
+            return self.buffer[0][1] + AHEAD_MAX_WAIT - time.monotonic()
+
+    def return_stale(self) -> int:
+        """Give the buffer back if its oldest job waited longer than AHEAD_MAX_WAIT,
+        or the worker was fenced; return how many jobs went back.
+
+        A job held that long means the running jobs turned slow: the mean run
+        time is raised to the wait, so that claims stop going ahead until short
+        runs bring it down again.
+        """
+        wait = self.buffer_wait()
+        if wait is None or (wait > 0 and not self.control.fenced):
+            return 0
+        with self._lock:
+            self.mean_run = max(self.mean_run, AHEAD_MAX_RUN, AHEAD_MAX_WAIT)
+        return self.return_buffer()
+
+    def return_buffer(self, *, final: bool = False) -> int:
+        """Give every buffered job back in one fenced statement; return how many went back.
+
+        A job the statement leaves running has a cancel requested (it is ended
+        as canceled through ``unstarted``) or is no longer this claim's (the
+        rescue took it). If the statement fails, the jobs go back into the
+        buffer to be tried again, or, when ``final``, are left to the rescue,
+        which counts each as an admission miss once this worker's lease is gone.
+        """
+        with self._lock:
+            jobs = [job for job, _at in self.buffer]
+            self.buffer.clear()
+        if not jobs:
+            return 0
+        # Fenced to the claims that took them: a worker registered again since
+        # (after being fenced) holds them under its former client ID.
+        claims: dict[int, list[tuple[JobID, int]]] = {}
+        for j in jobs:
+            if j.attempted_by is not None:
+                claims.setdefault(j.attempted_by, []).append((j.id, j.fence))
+        returned: set[JobID] = set()
+        try:
+            for client_id, pairs in claims.items():
+                returned.update(
+                    self.engine.job_return_many(
+                        JobReturnManyParams(client_id=client_id, jobs=pairs)
+                    )
+                )
+        except Exception:
+            if final:
+                logger.warning(
+                    "giving back %d jobs of queue %s claimed ahead failed: left to the rescue",
+                    len(jobs),
+                    self.queue,
+                    exc_info=True,
+                )
+                return 0
             with self._lock:
-                self.running += len(result.jobs)
-            for job in result.jobs:
-                self.start_job(job, self)
-        return len(result.jobs)
+                now = time.monotonic()
+                left = [job for job in jobs if job.id not in returned]
+                self.buffer.extendleft((job, now) for job in reversed(left))
+            raise
+        self.returned += len(returned)
+        for job in jobs:
+            if job.id not in returned and self.unstarted is not None:
+                self.unstarted(job)
+        if returned:
+            logger.debug(
+                "gave back %d jobs of queue %s claimed ahead, unstarted", len(returned), self.queue
+            )
+        return len(returned)
 
     def take_over(self, now: float, *, db_now: dt.datetime | None = None) -> int:
         """End the queue's expired pass leases, so this claim can take their runs over.
@@ -213,7 +370,8 @@ class Producer:
         self.wake.set()  # claim at start
         try:
             while not stopping.is_set():
-                woken = self.wake.wait(poll)
+                wait = self.buffer_wait()
+                woken = self.wake.wait(poll if wait is None else max(0.0, min(wait, poll)))
                 if stopping.is_set():
                     break
                 self.wake.clear()
@@ -224,6 +382,7 @@ class Producer:
                 if hold > 0:
                     stopping.wait(min(hold, poll))
                 try:
+                    self.return_stale()
                     self.claim_once()
                     delay.reset()
                     watch.ok()

@@ -150,6 +150,10 @@ class Worker:
                 start_job=self.start_job,
                 poll_interval=float(self.config.poll_interval or 1.0),
                 claim_debounce=float(self.config.claim_debounce or 0),
+                ahead=c
+                if hopper_settings.CLAIM_AHEAD is None
+                else int(hopper_settings.CLAIM_AHEAD),
+                unstarted=self._cancel_unstarted,
             )
             for q, c in self.config.queues.items()
             if c > 0
@@ -236,16 +240,37 @@ class Worker:
         return control.client_id
 
     def cancel_job(self, job_id: JobID) -> bool:
-        """Cancel a running attempt this worker holds; return False if it holds none."""
+        """Cancel a running attempt this worker holds, or a job it claimed ahead and
+        has not started; return False if it holds neither."""
         with self._exec_lock:
             ex = self.executions.get(job_id)
-        if ex is None or ex.context.cancelled:
-            return ex is not None
+        if ex is None:
+            for producer in self.producers.values():
+                job = producer.take_buffered(job_id)
+                if job is not None:
+                    self._cancel_unstarted(job)
+                    return True
+            return False
+        if ex.context.cancelled:
+            return True
         ex.log.info("cancellation requested")
         self.executor.cancel(ex)
         return True
 
     # -- jobs ---------------------------------------------------------------
+
+    def _cancel_unstarted(self, job: JobRow) -> None:
+        """End a job claimed ahead whose cancel was requested before it started.
+
+        Fenced to its claim like any result: if the rescue took the job
+        meanwhile, the completer's finalize leaves it alone.
+        """
+        result = execution.canceled(job, error="canceled before it started")
+        execution.job_logger(job).debug("canceled before it started")
+        execution.send_signal(
+            "job_finished", None, job=job, state=result.state, error=None, output=None
+        )
+        self.completer.add(job, result)
 
     def start_job(self, job: JobRow, producer: Producer) -> None:
         """Start a claimed job; snooze or discard one whose kind is unknown here."""
@@ -294,7 +319,7 @@ class Worker:
             self.completer.add(ex.job, result)
         with self._exec_lock:
             self.executions.pop(ex.job.id, None)
-        ex.owner.release()
+        ex.owner.release(time.monotonic() - ex.started)
 
     def check_deadlines(self) -> None:
         """Fail sync attempts that ran past their timeout.
@@ -499,6 +524,7 @@ class Worker:
             try:
                 for p in self.producers.values():
                     p.wait_refill()
+                    p.return_stale()
                 claimed = sum(p.claim_once() for p in self.producers.values())
                 delay.reset()
             except Exception:
@@ -534,6 +560,10 @@ class Worker:
         for p in self.producers.values():
             if p.thread is not None:
                 p.thread.join(timeout=5)
+        # Jobs claimed ahead and not started go back now, attempts given back,
+        # so that other workers run them while this one drains its slots.
+        for p in self.producers.values():
+            p.return_buffer(final=True)
         deadline = time.monotonic() + float(self.config.shutdown_timeout or 0)
         while self.running() and time.monotonic() < deadline:
             self.check_deadlines()

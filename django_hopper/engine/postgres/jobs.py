@@ -28,6 +28,7 @@ from django_hopper.engine.params import (
     JobListParams,
     JobRecordProgressParams,
     JobRescueParams,
+    JobReturnManyParams,
     JobScheduleParams,
     RescueCandidate,
 )
@@ -350,17 +351,30 @@ class JobsMixin(PostgresSupport):
     def _job_claim(self, params: JobClaimParams) -> JobClaimResult:
         """Claim up to ``limit`` jobs of a queue in one statement (SKIP LOCKED)."""
         # The unlimited path; the limited one is QueuesMixin._job_claim_limited (queues.py).
-        sql = _claim_sql(params.limit)
+        total = params.limit + params.ahead
+        sql = _claim_sql(total)
         rows = self._fetchall(
             "job_claim",
-            {"queue": params.queue, "client_id": params.client_id, "limit": params.limit,
-             "scan": params.limit, "now": params.now},
+            {"queue": params.queue, "client_id": params.client_id, "limit": total,
+             "scan": total, "free": params.limit, "now": params.now},
             sql=sql,
             prepare=True,
-            generic_plan=params.limit > _LITERAL_LIMIT_MAX,
+            generic_plan=total > _LITERAL_LIMIT_MAX,
         )  # fmt: skip
-        jobs = runnable(self, params, [job_from_row(row) for row in rows])
-        return JobClaimResult(jobs=attach_dependencies(self, jobs))
+        claimed = [job_from_row(row) for row in rows]
+        ahead = frozenset(j.id for j, row in zip(claimed, rows, strict=True) if row[JOB_WIDTH])
+        jobs = runnable(self, params, claimed)
+        return JobClaimResult(jobs=attach_dependencies(self, jobs), ahead=ahead)
+
+    def _job_return_many(self, params: JobReturnManyParams) -> list[tuple[JobID, str]]:
+        """Give back claimed-ahead jobs in one statement, in ID order (lock order)."""
+        pairs = sorted(params.jobs)
+        rows = self._fetchall(
+            "job_return_many",
+            {"id": [i for i, _ in pairs], "fence": [f for _, f in pairs],
+             "client_id": params.client_id, "now": params.now},
+        )  # fmt: skip
+        return [(row[0], row[1]) for row in rows]
 
     def _job_schedule(self, params: JobScheduleParams) -> tuple[int, list[str]]:
         """Promote due scheduled and retryable jobs; say which queues got them."""
@@ -504,4 +518,9 @@ class JobsMixin(PostgresSupport):
             "job_rescue_candidates",
             {"stuck_after": stuck_after, "limit": params.limit, "now": params.now},
         )
-        return [RescueCandidate(job=job_from_row(row), stuck=bool(row[JOB_WIDTH])) for row in rows]
+        return [
+            RescueCandidate(
+                job=job_from_row(row), stuck=bool(row[JOB_WIDTH]), ahead=bool(row[JOB_WIDTH + 1])
+            )
+            for row in rows
+        ]

@@ -63,6 +63,7 @@ class QueuesMixin(PostgresSupport):
                     "queue": queue,
                     "client_id": params.client_id,
                     "limit": want,
+                    "free": want,
                     "now": params.now,
                     "scan": rules.partition_scan(want, partition_limit),
                     "partition_limit": partition_limit,

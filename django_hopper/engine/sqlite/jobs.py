@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sqlite3
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,10 +30,11 @@ from django_hopper.engine.params import (
     JobListParams,
     JobRecordProgressParams,
     JobRescueParams,
+    JobReturnManyParams,
     JobScheduleParams,
     RescueCandidate,
 )
-from django_hopper.engine.queries import COL
+from django_hopper.engine.queries import COL, JOB_WIDTH
 from django_hopper.engine.sqlite.convert import (
     db_time,
     dumps,
@@ -239,24 +241,40 @@ class JobsMixin(SQLiteSupport):
             # Read the clock under the write lock (BEGIN IMMEDIATE), so that
             # database time follows the order in which writers commit.
             _, now_s = self._now(params.now)
+            total = params.limit + params.ahead
             args: dict[str, Any] = {
                 "queue": params.queue,
                 "now": now_s,
                 "client_id": params.client_id,
-                "limit": params.limit,
+                "limit": total,
+                "free": params.limit,
                 # The unlimited path; the limited one is QueuesMixin.job_claim (queues.py).
-                "scan": params.limit,
+                "scan": total,
                 "partition_limit": 0,
                 "limited": False,
             }
             c.execute(Q["job_claim.promote"], args)
             c.execute(Q["job_claim"], args)
-            jobs = [job_from_row(r) for r in c.fetchall()]
+            rows = c.fetchall()
+        jobs = [job_from_row(r) for r in rows]
+        ahead = frozenset(j.id for j, r in zip(jobs, rows, strict=True) if r[JOB_WIDTH] is not None)
         jobs.sort(key=_claim_key)
         jobs = runnable(self, params, jobs)
         if any(j.batch_id is not None for j in jobs):
             jobs = attach_dependencies(self, jobs)
-        return JobClaimResult(jobs=jobs)
+        return JobClaimResult(jobs=jobs, ahead=ahead)
+
+    @translate_errors
+    def _job_return_many(self, params: JobReturnManyParams) -> list[tuple[JobID, str]]:
+        """Give back claimed-ahead jobs in one statement."""
+        _, now_s = self._now(params.now)
+        pairs = json.dumps([[i.hex, f] for i, f in params.jobs])
+        with self._cursor() as c:
+            c.execute(
+                Q["job_return_many"],
+                {"jobs": pairs, "client_id": params.client_id, "now": now_s},
+            )
+            return [(uuid.UUID(hex=r[0]), r[1]) for r in c.fetchall()]
 
     @translate_errors
     def _job_schedule(self, params: JobScheduleParams) -> tuple[int, list[str]]:
@@ -518,5 +536,6 @@ class JobsMixin(SQLiteSupport):
                 {"now": now_s, "stuck_before": stuck_before, "limit": params.limit},
             )
             return [
-                RescueCandidate(job=job_from_row(r[1:]), stuck=bool(r[0])) for r in c.fetchall()
+                RescueCandidate(job=job_from_row(r[1:]), stuck=bool(r[0]), ahead=bool(r[-1]))
+                for r in c.fetchall()
             ]

@@ -87,6 +87,7 @@ class QueuesMixin(SQLiteSupport):
                 "now": now_s,
                 "client_id": params.client_id,
                 "limit": want,
+                "free": want,
                 "scan": rules.partition_scan(want, partition_limit),
                 "partition_limit": partition_limit,
                 "limited": True,

@@ -319,18 +319,20 @@ partition_running AS (
     GROUP BY r.partition_key
 ),
 /*END*/
-picked AS (
-    SELECT c.id FROM (
-        SELECT u.id, u.priority, u.scheduled_at, u.partition_key/*IF LIMITED*/,
+ranked AS (
+    SELECT c.id, c.keyed,
+           row_number() OVER (ORDER BY c.priority DESC, c.scheduled_at, c.id) AS n
+    FROM (
+        SELECT u.id, u.priority, u.scheduled_at, u.partition_key, u.keyed/*IF LIMITED*/,
                row_number() OVER (PARTITION BY u.partition_key
                                   ORDER BY u.priority DESC, u.scheduled_at, u.id) AS rank/*END*/
         FROM (
-            SELECT a.id, a.priority, a.scheduled_at, a.partition_key FROM avail a
+            SELECT a.id, a.priority, a.scheduled_at, a.partition_key, false AS keyed FROM avail a
             UNION ALL
-            SELECT d.id, d.priority, d.scheduled_at, d.partition_key FROM due d
+            SELECT d.id, d.priority, d.scheduled_at, d.partition_key, false FROM due d
             WHERE d.expires_at IS NULL OR d.expires_at > coalesce(%(now)s::timestamptz, now())
             UNION ALL
-            SELECT k.id, k.priority, k.scheduled_at, k.partition_key FROM keyed k
+            SELECT k.id, k.priority, k.scheduled_at, k.partition_key, true FROM keyed k
         ) u
     ) c
 /*IF LIMITED*/
@@ -338,7 +340,15 @@ picked AS (
     WHERE %(partition_limit)s <= 0 OR c.partition_key IS NULL
        OR c.rank + coalesce(pr.n, 0) <= %(partition_limit)s
 /*END*/
-    ORDER BY c.priority DESC, c.scheduled_at, c.id
+),
+-- The first %(free)s candidates in claim order start at once; the rest of the
+-- %(limit)s are claimed ahead of a free slot (the worker buffers them), and are
+-- never keyed: a key's head waits for a free slot rather than in a buffer.
+picked AS (
+    SELECT r.id, r.n > %(free)s AS ahead
+    FROM ranked r
+    WHERE r.n <= %(free)s OR NOT r.keyed
+    ORDER BY r.n
     LIMIT %(limit)s
 ),
 promoted AS (
@@ -358,13 +368,38 @@ claimed AS (
         lease_token = NULL,
         lease_expires_at = NULL,
         lease_renewed_at = NULL,
+        claimed_ahead_at = CASE WHEN j.id = ANY (ARRAY(SELECT p.id FROM picked p WHERE p.ahead))
+                                THEN coalesce(%(now)s::timestamptz, now()) END,
         metadata = CASE WHEN j.ordering_key IS NOT NULL AND j.metadata ? '_hopper_wake'
                              AND jsonb_typeof(j.metadata) = 'object'
                         THEN j.metadata - '_hopper_wake' ELSE j.metadata END
     WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))
-    RETURNING {job_columns:j}
+    RETURNING {job_columns:j}, j.claimed_ahead_at IS NOT NULL AS ahead
 )
 SELECT * FROM claimed ORDER BY priority DESC, scheduled_at, id
+
+-- name: job_return_many
+-- Give back jobs a worker claimed ahead of a free slot and never started: each
+-- one still running in that claim (client and fence, no job lease) and marked
+-- claimed ahead goes back to available (scheduled if its time is still to
+-- come) with its attempt given back and its mark cleared. The fence stays
+-- bumped, so any result of that claim is refused. A job with a cancel
+-- requested is left running (the worker ends it as canceled, fenced).
+-- Primary-key probes in ID order; returns the jobs given back and their queues.
+UPDATE hopper_job j
+SET state = CASE WHEN j.scheduled_at > coalesce(%(now)s::timestamptz, now())
+                 THEN 'scheduled' ELSE 'available' END,
+    attempt = greatest(j.attempt - 1, 0),
+    claimed_ahead_at = NULL
+FROM unnest(%(id)s::uuid[], %(fence)s::int8[]) AS i(id, fence)
+WHERE j.id = i.id
+  AND j.fence = i.fence
+  AND j.state = 'running'
+  AND j.attempted_by = %(client_id)s::int8
+  AND j.lease_token IS NULL
+  AND j.claimed_ahead_at IS NOT NULL
+  AND j.cancel_requested_at IS NULL
+RETURNING j.id, j.queue
 
 -- name: job_schedule
 -- Promote due scheduled/retryable jobs (the leader's sweep); returns how many
@@ -712,7 +747,7 @@ RETURNING {job_columns_history:hopper_job_history}
 -- to a client claim could never end it, so it would come back every pass and
 -- take a place of the limit.
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS now)
-SELECT {job_columns:j}, NOT x.orphan AS stuck
+SELECT {job_columns:j}, NOT x.orphan AS stuck, j.claimed_ahead_at IS NOT NULL AS ahead
 FROM hopper_job j
 CROSS JOIN clock c
 CROSS JOIN LATERAL (

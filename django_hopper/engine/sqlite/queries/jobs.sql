@@ -195,7 +195,7 @@ heads(id) AS (
                             AND ordering_key IS NOT NULL)),
 cand AS (
     SELECT * FROM (
-        SELECT id, priority, scheduled_at, partition_key
+        SELECT id, priority, scheduled_at, partition_key, 0 AS keyed
         FROM hopper_job
         WHERE queue = %(queue)s
           AND state = 'available'
@@ -206,7 +206,7 @@ cand AS (
         LIMIT %(scan)s)
     UNION ALL
     SELECT * FROM (
-        SELECT j.id, j.priority, j.scheduled_at, j.partition_key
+        SELECT j.id, j.priority, j.scheduled_at, j.partition_key, 1 AS keyed
         FROM (SELECT id FROM kfast UNION SELECT id FROM heads) AS h
         CROSS JOIN hopper_job j ON j.id = h.id
         WHERE (j.state = 'available'
@@ -220,14 +220,22 @@ ranked AS (
     SELECT c.*, row_number() OVER (PARTITION BY c.partition_key
                                    ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rnk
     FROM cand c),
-picked AS (
-    SELECT r.id
+allowed AS (
+    SELECT r.id, r.keyed,
+           row_number() OVER (ORDER BY r.priority DESC, r.scheduled_at, r.id) AS n
     FROM ranked r
     WHERE %(partition_limit)s <= 0 OR r.partition_key IS NULL
        OR r.rnk + (SELECT count(*) FROM hopper_job x
                    WHERE x.state = 'running' AND x.queue = %(queue)s
-                     AND x.partition_key = r.partition_key) <= %(partition_limit)s
-    ORDER BY r.priority DESC, r.scheduled_at, r.id
+                     AND x.partition_key = r.partition_key) <= %(partition_limit)s),
+-- The first %(free)s candidates in claim order start at once; the rest of the
+-- %(limit)s are claimed ahead of a free slot (the worker buffers them), and are
+-- never keyed: a key's head waits for a free slot rather than in a buffer.
+picked AS MATERIALIZED (
+    SELECT a.id, a.n > %(free)s AS ahead
+    FROM allowed a
+    WHERE a.n <= %(free)s OR NOT a.keyed
+    ORDER BY a.n
     LIMIT %(limit)s)
 UPDATE hopper_job
 SET state = 'running',
@@ -239,12 +247,36 @@ SET state = 'running',
     lease_token = NULL,
     lease_expires_at = NULL,
     lease_renewed_at = NULL,
+    claimed_ahead_at = CASE WHEN id IN (SELECT id FROM picked WHERE ahead)
+                            THEN %(now)s END,
     metadata = CASE WHEN ordering_key IS NOT NULL
                          AND {wake_marked}
                     THEN json_remove(metadata, '$._hopper_wake') ELSE metadata END
 WHERE id IN (SELECT id FROM picked)
-RETURNING {job_columns};
+RETURNING {job_columns}, claimed_ahead_at;  -- the mark itself: read in Python
 
+
+-- name: job_return_many
+-- Give back jobs a worker claimed ahead of a free slot and never started: each
+-- one still running in that claim (client and fence, no job lease) and marked
+-- claimed ahead goes back to available (scheduled if its time is still to
+-- come) with its attempt given back and its mark cleared. The fence stays
+-- bumped, so any result of that claim is refused. A job with a cancel
+-- requested is left running (the worker ends it as canceled, fenced).
+-- %(jobs)s is a JSON array of [id hex, fence] pairs.
+UPDATE hopper_job
+SET state = CASE WHEN scheduled_at > %(now)s THEN 'scheduled' ELSE 'available' END,
+    attempt = max(attempt - 1, 0),
+    claimed_ahead_at = NULL
+WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(%(jobs)s))
+  AND fence = (SELECT json_extract(i.value, '$[1]') FROM json_each(%(jobs)s) AS i
+               WHERE json_extract(i.value, '$[0]') = hopper_job.id)
+  AND state = 'running'
+  AND attempted_by = %(client_id)s
+  AND lease_token IS NULL
+  AND claimed_ahead_at IS NOT NULL
+  AND cancel_requested_at IS NULL
+RETURNING id, queue;
 
 -- name: job_schedule
 -- The leader's promotion of due scheduled and retryable jobs, in any queue or one.
@@ -501,7 +533,7 @@ SELECT CASE WHEN j.lease_token IS NULL
                  AND NOT EXISTS (SELECT 1 FROM hopper_client AS c
                                  WHERE c.id = j.attempted_by AND c.expires_at > %(now)s)
             THEN 0 ELSE 1 END AS stuck,
-       {job_columns:j}
+       {job_columns:j}, j.claimed_ahead_at IS NOT NULL AS ahead
 FROM hopper_job AS j
 WHERE j.state = 'running'
   AND ((j.lease_token IS NULL

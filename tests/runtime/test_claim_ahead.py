@@ -1,0 +1,121 @@
+"""Claims ahead of the free slots, in one worker: the buffer starts jobs as slots
+free, gives back what never started (stop, cancel, a wait too long), and only while
+the queue's jobs are short."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from django_hopper.engine.params import JobCancelParams
+from django_hopper.models import Job
+from django_hopper.worker import producer as producer_module
+from tests.support.runtime import get, insert, insert_many, wait_for
+from tests.testapp import jobs
+
+
+def marked(job) -> bool:
+    return Job.objects.get(id=job.id).claimed_ahead_at is not None
+
+
+@pytest.fixture
+def short_jobs(make_worker):
+    """A worker of one slot and two buffered jobs whose queue's jobs proved short."""
+
+    def make(**config):
+        with override_settings(HOPPER={"CLAIM_AHEAD": 2}):
+            worker = make_worker(queues={"default": 1}, **config)
+        worker.producers["default"].mean_run = 0.0
+        return worker
+
+    return make
+
+
+def test_a_claim_takes_the_free_slots_and_buffers_the_rest_marked_ahead(tx_engine, short_jobs):
+    held = [insert(tx_engine, jobs.rt_hold, 0.3) for _ in range(4)]
+    worker = short_jobs()
+    producer = worker.producers["default"]
+
+    assert producer.claim_once() == 3
+    assert [j.id for j, _at in producer.buffer] == [held[1].id, held[2].id]
+    assert [marked(j) for j in held[:3]] == [False, True, True]
+    assert get(tx_engine, held[3]).state == "available"
+    assert producer.free() == 0  # the slot and the buffer are both full
+
+    # As the slot frees, the buffered jobs start in claim order, with no claim.
+    assert worker.wait_idle(10)
+    assert [get(tx_engine, j).state for j in held[:3]] == ["completed"] * 3
+    assert producer.claims == 1
+
+
+def test_shutdown_gives_the_buffer_back_unstarted_with_the_attempt(tx_engine, short_jobs):
+    held = [insert(tx_engine, jobs.rt_hold, 0.3) for _ in range(3)]
+    worker = short_jobs()
+    producer = worker.producers["default"]
+    assert producer.claim_once() == 3
+
+    worker.shutdown()
+
+    assert get(tx_engine, held[0]).state == "completed"
+    for job in held[1:]:
+        row = get(tx_engine, job)
+        assert (row.state, row.attempt, row.fence, row.errors) == ("available", 0, 1, [])
+        assert not marked(row)
+        assert Job.objects.get(id=job.id).admission_misses is None
+    assert producer.returned == 2
+
+
+def test_a_cancel_ends_a_buffered_job_without_running_it(tx_engine, short_jobs):
+    held = [insert(tx_engine, jobs.rt_hold, 0.3) for _ in range(3)]
+    worker = short_jobs()
+    assert worker.producers["default"].claim_once() == 3
+
+    tx_engine.job_cancel(JobCancelParams(id=held[2].id))
+    assert worker.cancel_job(held[2].id)
+
+    assert worker.wait_idle(10)
+    row = get(tx_engine, held[2])
+    assert row.state == "canceled" and row.errors[-1].error == "canceled before it started"
+    assert get(tx_engine, held[1]).state == "completed"
+
+
+def test_a_buffered_job_waiting_too_long_goes_back_and_claims_stop_going_ahead(
+    tx_engine, short_jobs, monkeypatch
+):
+    monkeypatch.setattr(producer_module, "AHEAD_MAX_WAIT", 0.0)
+    held = [insert(tx_engine, jobs.rt_hold, 0.5) for _ in range(3)]
+    worker = short_jobs()
+    producer = worker.producers["default"]
+    assert producer.claim_once() == 3
+
+    assert producer.return_stale() == 2
+
+    for job in held[1:]:
+        row = get(tx_engine, job)
+        assert (row.state, row.attempt) == ("available", 0)
+    assert producer.mean_run >= producer_module.AHEAD_MAX_RUN
+    assert producer.free() == 0  # the one slot is busy and nothing goes ahead now
+    assert worker.wait_idle(10)
+
+
+def test_slow_jobs_turn_claims_ahead_off(tx_engine, make_worker):
+    insert_many(tx_engine, jobs.rt_hold, [((0.05,), {}) for _ in range(3)])
+    with override_settings(HOPPER={"CLAIM_AHEAD": 2}):
+        worker = make_worker(queues={"default": 1})
+    producer = worker.producers["default"]
+
+    assert producer.claim_once() == 1  # not proven short yet: no claim ahead
+    assert worker.wait_idle(10)
+    assert producer.mean_run >= producer_module.AHEAD_MAX_RUN
+    assert producer.claim_once() == 1
+
+
+def test_claim_ahead_zero_turns_it_off(tx_engine, make_worker):
+    insert_many(tx_engine, jobs.add, [((i, 0), {}) for i in range(3)])
+    with override_settings(HOPPER={"CLAIM_AHEAD": 0}):
+        worker = make_worker(queues={"default": 1})
+    producer = worker.producers["default"]
+    producer.mean_run = 0.0
+
+    assert producer.claim_once() == 1
+    wait_for(lambda: worker.wait_idle(5))
