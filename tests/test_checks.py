@@ -51,6 +51,10 @@ def test_the_test_settings_pass_every_check() -> None:
         ("PASS_LEASE_MARGIN", 1, "hopper.E130"),
         ("PASS_LEASE_MARGIN", -0.1, "hopper.E130"),
         ("PASS_LEASE_MARGIN", "0.25", "hopper.E130"),
+        ("CLAIM_AHEAD", -1, "hopper.E018"),
+        ("CLAIM_AHEAD", 2.5, "hopper.E018"),
+        ("CLAIM_AHEAD", True, "hopper.E018"),
+        ("CLAIM_AHEAD", "10", "hopper.E018"),
     ],
 )
 def test_a_bad_value_is_an_error_with_a_hint(key: str, value: Any, check_id: str) -> None:
@@ -71,6 +75,9 @@ def test_a_bad_value_is_an_error_with_a_hint(key: str, value: Any, check_id: str
         ("BACKOFF_JITTER", 0),
         ("BACKOFF_JITTER", 1),
         ("PASS_LEASE_MARGIN", 0),
+        ("CLAIM_AHEAD", 0),
+        ("CLAIM_AHEAD", None),
+        ("CLAIM_AHEAD", 20),
     ],
 )
 def test_a_zero_that_has_a_meaning_is_accepted(key: str, value: Any) -> None:

@@ -3,6 +3,7 @@ are short, a buffer's worth ahead of them), when woken or polled."""
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import logging
 import threading
@@ -160,7 +161,10 @@ class Producer:
                 self.running -= 1
             free = self._room()
         if nxt is not None:
-            self.start_job(nxt, self)
+            # In an empty context: the finishing attempt's context (its trace
+            # span, asgiref's sync-thread marker when it ended through
+            # sync_to_async) must not become the next attempt's.
+            contextvars.Context().run(self.start_job, nxt, self)
         if self.full and (free == 1 or free >= self.refill):
             # The first freed slot starts the refill wait; enough free slots end it.
             self.wake.set()
