@@ -19,12 +19,13 @@ PostgreSQL only. Uses ``bench/settings.py``'s database (``BENCH_PG_DB``).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+from bench.postgres_setup import setup_postgres
 
 _BOUND = "raw one-row insert, autocommit (bound)"
 _IN_ATOMIC = "enqueue() in atomic()"
@@ -186,18 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         "--no-flush", action="store_true", help="commits do not wait for the WAL flush"
     )
     args = parser.parse_args(argv)
-    os.environ.setdefault("BENCH_ENGINE", "postgres")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    if not setup_postgres("bench.enqueue_parts"):
+        return 2
     from django.db import connection
 
-    if connection.vendor != "postgresql":
-        print("bench.enqueue_parts: PostgreSQL only", file=sys.stderr)
-        return 2
-    call_command("migrate", verbosity=0, interactive=False)
     try:
         out = parts(args.n, args.rounds, flush=not args.no_flush)
         for label, (low, mid) in out.items():

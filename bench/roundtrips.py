@@ -21,6 +21,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from bench.postgres_setup import setup_postgres
+
 #: A message the frontend sent, as libpq's trace writes it:
 #: ``<timestamp>\tF\t<length>\t<Message> ...``.
 _SENT = re.compile(r"^[^\t]+\tF\t\d+\t(\w+)", re.MULTILINE)
@@ -109,18 +111,10 @@ def _many(fn: Any, n: int) -> None:
 
 def main() -> int:
     """Print the round trips of each hot call."""
-    os.environ.setdefault("BENCH_ENGINE", "postgres")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    if not setup_postgres("bench.roundtrips"):
+        return 2
     from django.db import connection
 
-    if connection.vendor != "postgresql":
-        print("bench.roundtrips: PostgreSQL only", file=sys.stderr)
-        return 2
-    call_command("migrate", verbosity=0, interactive=False)
     for label, c in measure().items():
         simple = ", ".join(q if len(q) <= 40 else q[:37] + "..." for q in c["simple"]) or "-"
         print(

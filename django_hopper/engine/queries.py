@@ -38,6 +38,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+#: A named placeholder of the query files (``%(name)s``, Django's paramstyle), or
+#: an escaped percent sign (``%%``). The engines' hot paths that bypass Django's
+#: cursor rewrite them with it into their driver's own paramstyle.
+NAMED_PLACEHOLDER = re.compile(r"%\(([A-Za-z_]\w*)\)s|%%")
+
 #: The columns of every job row the engines return, in this order: the live
 #: table's columns (``step``, ``subject``, ``erased_at`` last), then
 #: ``finalized_at`` and ``output``, which a live row returns as NULL. Written

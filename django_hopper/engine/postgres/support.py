@@ -69,7 +69,7 @@ from psycopg.errors import error_from_result
 from psycopg.types.datetime import TimestamptzLoader
 
 from django_hopper.engine.base import BaseEngine
-from django_hopper.engine.queries import load
+from django_hopper.engine.queries import NAMED_PLACEHOLDER, load
 from django_hopper.exceptions import (
     DatabaseError,
     DatabaseUnavailable,
@@ -134,8 +134,6 @@ def compact(sql: str) -> str:
     return out
 
 
-#: A named placeholder, or an escaped percent sign.
-_NAMED = re.compile(r"%\(([A-Za-z_]\w*)\)s|%%")
 _RAW: dict[str, tuple[bytes, tuple[str, ...]]] = {}
 
 
@@ -161,7 +159,7 @@ def raw_query(sql: str) -> tuple[bytes, tuple[str, ...]]:
                 names[name] = len(names) + 1
             return f"${names[name]}"
 
-        out = (_NAMED.sub(number, compact(sql)).encode(), tuple(names))
+        out = (NAMED_PLACEHOLDER.sub(number, compact(sql)).encode(), tuple(names))
         _RAW[sql] = out
     return out
 

@@ -19,7 +19,7 @@ from django.db.backends.signals import connection_created
 
 from django_hopper.engine import topics
 from django_hopper.engine.base import BaseEngine
-from django_hopper.engine.queries import load
+from django_hopper.engine.queries import NAMED_PLACEHOLDER, load
 from django_hopper.engine.sqlite.convert import db_time, sql_json_append, sql_json_contains
 from django_hopper.exceptions import (
     DatabaseError,
@@ -127,8 +127,6 @@ def integrity_error(exc: BaseException) -> HopperError:
     return DatabaseError(msg)
 
 
-#: A named placeholder, or an escaped percent sign.
-_NAMED = re.compile(r"%\(([A-Za-z_]\w*)\)s|%%")
 _RAW: dict[str, str] = {}
 
 
@@ -140,7 +138,7 @@ def raw_query(sql: str) -> str:
     """
     out = _RAW.get(sql)
     if out is None:
-        out = _NAMED.sub(lambda m: f":{m.group(1)}" if m.group(1) else "%", sql)
+        out = NAMED_PLACEHOLDER.sub(lambda m: f":{m.group(1)}" if m.group(1) else "%", sql)
         _RAW[sql] = out
     return out
 
@@ -180,6 +178,14 @@ class RawCursor:
         self._cursor.close()
 
 
+def _functions_on(wrapper: Any, raw: sqlite3.Connection) -> None:
+    """Register hopper's SQL functions on ``raw`` once per connection, even on one
+    opened before this module was imported (which ``connection_created`` could not reach)."""
+    if getattr(wrapper, "_hopper_functions_on", None) is not raw:
+        register_functions(raw)
+        wrapper._hopper_functions_on = raw
+
+
 class SQLiteSupport(BaseEngine):
     """Helpers of the SQLite engine's mixins; holds no state beyond the alias."""
 
@@ -208,10 +214,7 @@ class SQLiteSupport(BaseEngine):
         was imported (which ``connection_created`` could not reach)."""
         wrapper = self.connection
         cursor = wrapper.cursor()
-        raw = wrapper.connection
-        if getattr(wrapper, "_hopper_functions_on", None) is not raw:
-            register_functions(raw)
-            wrapper._hopper_functions_on = raw
+        _functions_on(wrapper, wrapper.connection)
         return cursor
 
     def _hot_cursor(self) -> RawCursor | CursorWrapper:
@@ -231,9 +234,7 @@ class SQLiteSupport(BaseEngine):
             raw = wrapper.connection
         # As Django's cursor: no statement in a transaction already marked to roll back.
         wrapper.validate_no_broken_transaction()
-        if getattr(wrapper, "_hopper_functions_on", None) is not raw:
-            register_functions(raw)
-            wrapper._hopper_functions_on = raw
+        _functions_on(wrapper, raw)
         return RawCursor(raw.cursor())
 
     @contextmanager
