@@ -124,6 +124,7 @@ def test_claim__plan_uses_the_partial_indexes(engine: BaseEngine, db_now: dt.dat
                 "limited": False,
                 "partition_limit": 0,
                 "scan": 10,
+                "free": 10,
             },
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())
