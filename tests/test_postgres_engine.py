@@ -26,6 +26,7 @@ from django_hopper.engine.params import (
     JobRecordProgressParams,
     JobRetryParams,
 )
+from django_hopper.engine.postgres import convert
 from django_hopper.engine.postgres.support import QUERIES, raw_query
 from django_hopper.exceptions import (
     DatabaseError,
@@ -34,6 +35,7 @@ from django_hopper.exceptions import (
     JobLocked,
     UniqueConflict,
 )
+from django_hopper.ids import new_ids
 from django_hopper.types import CHANNEL_INSERT, JobRow
 from tests.engine_conformance.support import (
     HOUR,
@@ -96,6 +98,30 @@ def test_copy__refuses_unique_keys_before_writing(engine: BaseEngine, db_now: dt
     with pytest.raises(InvalidJob) as info:
         engine.job_insert_copy(params, JobInsertOpts(now=db_now))
     assert info.value.field == "unique_key"
+
+
+def test_insert_values__are_insert_arrays_element_for_one_job() -> None:
+    """The one-job insert sends the same columns and values as a batch of one."""
+    job_id = new_ids(1)[0]
+    p = JobInsertParams(
+        kind="tests.values",
+        queue="q",
+        priority=3,
+        max_attempts=4,
+        scheduled_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        args={"a": 1},
+        metadata={"m": "x"},
+        tags=("t",),
+        ordering_key="o",
+        partition_key="pk",
+        batch_id=new_ids(1)[0],
+        ttl=dt.timedelta(minutes=5),
+        awaited=True,
+        id=job_id,
+        subject="s",
+    )
+    arrays = convert.insert_arrays([p], [job_id])
+    assert convert.insert_values(p, job_id) == {k: v[0] for k, v in arrays.items()}
 
 
 # -- plans -------------------------------------------------------------------

@@ -139,6 +139,32 @@ def insert_arrays(params: Sequence[JobInsertParams], ids: Sequence[uuid.UUID]) -
     }
 
 
+def insert_values(p: JobInsertParams, job_id: uuid.UUID) -> dict[str, Any]:
+    """Return the column values of one job without a unique key: :func:`insert_arrays`'s
+    element for it, built without the arrays (the one-job insert of ``enqueue()``).
+
+    A test holds the two to the same columns and values.
+    """
+    return {
+        "id": job_id,
+        "kind": p.kind,
+        "queue": p.queue,
+        "priority": p.priority,
+        "max_attempts": p.max_attempts,
+        "scheduled_at": p.scheduled_at,
+        "args": dump_json(p.args, "args"),
+        "metadata": dump_json(p.metadata, "metadata"),
+        "tags": dump_json(list(p.tags), "tags"),
+        "unique_key": None,
+        "ordering_key": p.ordering_key,
+        "partition_key": p.partition_key,
+        "batch_id": p.batch_id,
+        "ttl": p.ttl,
+        "awaited": bool(p.awaited),
+        "subject": p.subject,
+    }
+
+
 def inserted_job(p: JobInsertParams, arrays: dict[str, Any], i: int, r: Sequence[Any]) -> JobRow:
     """Build an inserted job from its input and what the insert returned.
 

@@ -152,38 +152,18 @@ class JobsMixin(PostgresSupport):
     def _insert_one(self, p: JobInsertParams, opts: JobInsertOpts) -> JobInsertResult:
         """Insert one job without a unique key (every ``enqueue()``): one statement.
 
-        The values of :func:`convert.insert_arrays` for one job, built without
-        the arrays. In ``atomic()`` the statement carries the transaction's
-        ``BEGIN`` when it is the first (``_fetchall(begin=True)``).
+        The values of :func:`convert.insert_values`. In ``atomic()`` the
+        statement carries the transaction's ``BEGIN`` when it is the first
+        (``_fetchall(begin=True)``).
         """
-        job_id = p.id if p.id is not None else new_ids(1)[0]
-        args = convert.dump_json(p.args, "args")
-        metadata = convert.dump_json(p.metadata, "metadata")
-        values = {
-            "now": opts.now,
-            "id": job_id,
-            "kind": p.kind,
-            "queue": p.queue,
-            "priority": p.priority,
-            "max_attempts": p.max_attempts,
-            "scheduled_at": p.scheduled_at,
-            "args": args,
-            "metadata": metadata,
-            "tags": convert.dump_json(list(p.tags), "tags"),
-            "unique_key": None,
-            "ordering_key": p.ordering_key,
-            "partition_key": p.partition_key,
-            "batch_id": p.batch_id,
-            "ttl": p.ttl,
-            "awaited": bool(p.awaited),
-            "subject": p.subject,
-            "channel": CHANNEL_INSERT,
-            "notify": opts.notify,
-        }
+        values = convert.insert_values(p, p.id if p.id is not None else new_ids(1)[0])
+        values["now"] = opts.now
+        values["channel"] = CHANNEL_INSERT
+        values["notify"] = opts.notify
         rows = self._fetchall("job_insert_many", values, sql=_INSERT_ONE, prepare=True, begin=True)
         if len(rows) != 1:  # pragma: no cover - no unique key, no conflict
             raise DatabaseError(f"inserted {len(rows)} of 1 job")
-        sent = {"args": [args], "metadata": [metadata]}
+        sent = {"args": [values["args"]], "metadata": [values["metadata"]]}
         return JobInsertResult(convert.inserted_job(p, sent, 0, rows[0]))
 
     def _insert_unique(
