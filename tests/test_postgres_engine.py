@@ -511,6 +511,63 @@ def test_enqueue__a_statement_deallocated_under_it_is_prepared_again(
         assert cur.fetchone() == (4,)
 
 
+def test_enqueue__a_statement_found_taken_then_missing_is_prepared_again(
+    tx_engine: BaseEngine,
+) -> None:
+    # Through a transaction pooler not declared in POOLERS, the PREPARE may
+    # find the name taken on one server connection (another client prepared
+    # it) and the EXECUTE that follows land on one where it is missing.
+    p = JobInsertParams(kind="tests.job", queue="taken")
+
+    def in_atomic() -> JobRow:
+        with transaction.atomic():
+            return tx_engine.job_insert_many([p])[0].job
+
+    in_atomic()  # prepared on the session, and known to hopper
+    connection._hopper_named[1].clear()  # hopper no longer knows it (a new client)
+    raw = connection.connection
+    real = raw.pgconn
+
+    class OtherServer:
+        """The pgconn, except that a BEGIN;EXECUTE runs where the statement is missing."""
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(real, attr)
+
+        def exec_(self, query: bytes) -> Any:
+            raw.pgconn = real  # psycopg's own statements (the rollback) use the real one
+            if query.startswith(b"BEGIN;EXECUTE "):
+                name = query[len(b"BEGIN;EXECUTE ") :].split(b"(", 1)[0]
+                real.exec_(b"DEALLOCATE " + name)
+            return real.exec_(query)
+
+    other = OtherServer()
+    _raw, prepared, tx = connection._hopper_named
+
+    class Quoting:
+        """The connection's literals, quoted on the real pgconn."""
+
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(tx, attr)
+
+        def as_literal(self, obj: Any) -> bytes:
+            raw.pgconn = real
+            try:
+                return tx.as_literal(obj)  # type: ignore[no-any-return]
+            finally:
+                raw.pgconn = other  # type: ignore[assignment]
+
+    connection._hopper_named = (raw, prepared, Quoting())
+    raw.pgconn = other  # type: ignore[assignment]
+    try:
+        job = in_atomic()
+    finally:
+        raw.pgconn = real
+        connection._hopper_named = (raw, prepared, tx)
+    assert tx_engine.job_get(job.id) is not None
+    assert connection.connection.info.transaction_status == TransactionStatus.IDLE
+
+
 def test_enqueue__a_connection_with_its_own_isolation_level_keeps_psycopgs_begin(
     tx_engine: BaseEngine,
 ) -> None:

@@ -401,7 +401,10 @@ class PostgresSupport(BaseEngine):
         prepare = b"PREPARE " + name + b" AS " + text + b";"
         query = run if name in prepared else prepare + run
         pgconn = raw.pgconn
-        for retry in (False, True):
+        # Three tries: taken, then missing, is a transaction pooler moving the
+        # session between server connections (two answers, two servers); a
+        # missing statement's retry runs on the server the failed BEGIN pins.
+        for retry in (False, False, True):
             result = pgconn.exec_(query)
             if result.status == _TUPLES_OK:
                 prepared.add(name)
