@@ -265,10 +265,11 @@ class Producer:
         """Give every buffered job back in one fenced statement; return how many went back.
 
         A job the statement leaves running has a cancel requested (it is ended
-        as canceled through ``unstarted``) or is no longer this claim's (the
-        rescue took it). If the statement fails, the jobs go back into the
-        buffer to be tried again, or, when ``final``, are left to the rescue,
-        which counts each as an admission miss once this worker's lease is gone.
+        as canceled through ``unstarted``, once a read confirms the request) or
+        is no longer this claim's (the rescue took it: left alone). If the
+        statement fails, the jobs go back into the buffer to be tried again, or,
+        when ``final``, are left to the rescue, which counts each as an
+        admission miss once this worker's lease is gone.
         """
         with self._lock:
             jobs = [job for job, _at in self.buffer]
@@ -305,13 +306,35 @@ class Producer:
             raise
         self.returned += len(returned)
         for job in jobs:
-            if job.id not in returned and self.unstarted is not None:
+            if job.id not in returned and self.unstarted is not None and self._cancel_held(job):
                 self.unstarted(job)
         if returned:
             logger.debug(
                 "gave back %d jobs of queue %s claimed ahead, unstarted", len(returned), self.queue
             )
         return len(returned)
+
+    def _cancel_held(self, job: JobRow) -> bool:
+        """Return whether a job the return left running is still this claim's, with a
+        cancel requested, so the worker ends it as canceled.
+
+        The return also leaves out a job the rescue took (its worker was fenced):
+        that job runs elsewhere, and must not be reported canceled here. If the
+        read fails, the job is left to the rescue, which cancels a job whose
+        cancel was requested.
+        """
+        try:
+            row = self.engine.job_get(job.id)
+        except Exception:
+            logger.warning("reading job %s claimed ahead failed", job.id, exc_info=True)
+            return False
+        return (
+            row is not None
+            and row.state == "running"
+            and row.attempted_by == job.attempted_by
+            and row.fence == job.fence
+            and row.cancel_requested_at is not None
+        )
 
     def take_over(self, now: float, *, db_now: dt.datetime | None = None) -> int:
         """End the queue's expired pass leases, so this claim can take their runs over.

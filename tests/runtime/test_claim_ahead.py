@@ -119,3 +119,33 @@ def test_claim_ahead_zero_turns_it_off(tx_engine, make_worker):
 
     assert producer.claim_once() == 1
     wait_for(lambda: worker.wait_idle(5))
+
+
+def test_a_buffered_job_the_rescue_took_is_not_reported_canceled(tx_engine, short_jobs):
+    from django.db.models import F
+
+    from django_hopper import signals
+
+    held = [insert(tx_engine, jobs.rt_hold, 0.3) for _ in range(3)]
+    worker = short_jobs()
+    producer = worker.producers["default"]
+    assert producer.claim_once() == 3
+    # The rescue took the second job (its worker was fenced meanwhile): it is
+    # another claim's now, and will run elsewhere.
+    Job.objects.filter(id=held[1].id).update(
+        state="available", fence=F("fence") + 1, claimed_ahead_at=None
+    )
+    finished = []
+
+    def receiver(sender, job, state, **kwargs):
+        finished.append((job.id, state))
+
+    signals.job_finished.connect(receiver)
+    try:
+        assert producer.return_buffer() == 1
+        assert worker.wait_idle(10)
+    finally:
+        signals.job_finished.disconnect(receiver)
+    assert (held[1].id, "canceled") not in finished
+    assert get(tx_engine, held[1]).state == "available"
+    assert get(tx_engine, held[2]).state == "available"
