@@ -224,3 +224,29 @@ def test_rescue__discards_a_job_lost_ahead_too_often_with_the_reason(
     assert row.state == JobState.DISCARDED and row.attempt == 1
     assert row.errors[-1].rescue == RescueReason.ADMISSION_MISSED
     assert row.errors[-1].error.startswith(AHEAD_LOST_ERROR)
+
+
+@pytest.mark.parametrize("limited", [False, True])
+def test_rescue__charges_a_job_claimed_ahead_once_then_retried_into_a_free_slot(
+    engine: BaseEngine, db_now: dt.datetime, limited: bool
+) -> None:
+    job = insert(engine, db_now, queue="ahead", max_attempts=3)
+    first = register(engine, db_now)
+    jobs, ahead = claim_ahead(engine, first, db_now + SECOND, limit=0, ahead=1)
+    assert ahead == {job.id}
+    # It left the buffer, ran and failed: retryable at once, the mark still on the row.
+    assert finalize(engine, db_now + 2 * SECOND, result(jobs[0], "retryable"))
+    gone = register(engine, db_now + 3 * SECOND, ttl=MINUTE)
+    again, ahead = claim_ahead(engine, gone, db_now + 4 * SECOND, limit=1, ahead=0, limited=limited)
+    assert [j.id for j in again] == [job.id] and ahead == frozenset()
+    assert not ahead_marked(again[0])
+
+    later = db_now + HOUR
+    candidates = engine.job_rescue_candidates(JobRescueParams(now=later))
+    assert [c.ahead for c in candidates if c.job.id == job.id] == [False]
+    assert Rescuer(engine).run_once(now=later) == 1
+    row = get(engine, job)
+    # Claimed into a free slot: a charged attempt, no admission miss.
+    assert (row.state, row.attempt) == ("retryable", 2)
+    assert row.errors[-1].rescue == RescueReason.CLIENT_EXPIRED
+    assert Job.objects.get(id=job.id).admission_misses is None
