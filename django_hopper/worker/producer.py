@@ -89,6 +89,9 @@ class Producer:
         self.unstarted = unstarted
         #: Jobs claimed ahead, with the monotonic time of their claim, in claim order.
         self.buffer: deque[tuple[JobRow, float]] = deque()
+        #: Jobs whose return failed: it may have committed (its answer lost), so
+        #: they are never started, only given back again.
+        self.unreturned: list[JobRow] = []
         #: The running mean of the queue's run times (seconds). It starts at the
         #: bound, so claims go ahead only once the queue's jobs proved short.
         self.mean_run = AHEAD_MAX_RUN
@@ -127,7 +130,7 @@ class Producer:
     def _room(self) -> int:
         """Return the free slots plus the buffer's room (hold the lock)."""
         slots = max(0, self.concurrency - self.running)
-        return slots + max(0, self._ahead_cap() - len(self.buffer))
+        return slots + max(0, self._ahead_cap() - len(self.buffer) - len(self.unreturned))
 
     def _ahead_cap(self) -> int:
         """Return how many jobs may wait in the buffer now: ``ahead`` while the
@@ -183,7 +186,8 @@ class Producer:
         limited = self.queue in control.limited_queues
         with self._lock:
             free = max(0, self.concurrency - self.running)
-            room = 0 if limited else max(0, self._ahead_cap() - len(self.buffer))
+            held = len(self.buffer) + len(self.unreturned)
+            room = 0 if limited else max(0, self._ahead_cap() - held)
         client_id = control.client_id
         if free + room <= 0 or client_id is None:
             return 0
@@ -240,8 +244,11 @@ class Producer:
         return None
 
     def buffer_wait(self) -> float | None:
-        """Return the seconds until the oldest buffered job waits too long (None: empty)."""
+        """Return the seconds until the oldest buffered job waits too long (None: empty;
+        0 while a failed return waits to be tried again)."""
         with self._lock:
+            if self.unreturned:
+                return 0.0
             if not self.buffer:
                 return None
             return self.buffer[0][1] + AHEAD_MAX_WAIT - time.monotonic()
@@ -267,12 +274,15 @@ class Producer:
         A job the statement leaves running has a cancel requested (it is ended
         as canceled through ``unstarted``, once a read confirms the request) or
         is no longer this claim's (the rescue took it: left alone). If the
-        statement fails, the jobs go back into the buffer to be tried again, or,
+        statement fails, it may still have committed (its answer lost), so the
+        jobs are never started: they wait in :attr:`unreturned` to be given back
+        again (a return is fenced, so a second one of a job finds nothing), or,
         when ``final``, are left to the rescue, which counts each as an
         admission miss once this worker's lease is gone.
         """
         with self._lock:
-            jobs = [job for job, _at in self.buffer]
+            jobs = [*self.unreturned, *(job for job, _at in self.buffer)]
+            self.unreturned.clear()
             self.buffer.clear()
         if not jobs:
             return 0
@@ -300,9 +310,7 @@ class Producer:
                 )
                 return 0
             with self._lock:
-                now = time.monotonic()
-                left = [job for job in jobs if job.id not in returned]
-                self.buffer.extendleft((job, now) for job in reversed(left))
+                self.unreturned.extend(job for job in jobs if job.id not in returned)
             raise
         self.returned += len(returned)
         for job in jobs:

@@ -149,3 +149,42 @@ def test_a_buffered_job_the_rescue_took_is_not_reported_canceled(tx_engine, shor
     assert (held[1].id, "canceled") not in finished
     assert get(tx_engine, held[1]).state == "available"
     assert get(tx_engine, held[2]).state == "available"
+
+
+def test_a_return_whose_answer_is_lost_never_starts_the_jobs_it_may_have_given_back(
+    tx_engine, short_jobs, monkeypatch
+):
+    from django_hopper import signals
+    from django_hopper.exceptions import DatabaseUnavailable
+
+    held = [insert(tx_engine, jobs.rt_hold, 0.3) for _ in range(3)]
+    worker = short_jobs()
+    producer = worker.producers["default"]
+    assert producer.claim_once() == 3
+    real = producer.engine.job_return_many
+
+    def committed_then_lost(params):
+        real(params)  # the statement committed; its answer never arrived
+        raise DatabaseUnavailable("the connection was lost")
+
+    monkeypatch.setattr(producer.engine, "job_return_many", committed_then_lost)
+    started = []
+
+    def receiver(sender, job, **kwargs):
+        started.append(job.id)
+
+    signals.job_started.connect(receiver)
+    try:
+        with pytest.raises(DatabaseUnavailable):
+            producer.return_buffer()
+        assert worker.wait_idle(10)
+        # The freed slot starts none of them: they may be another worker's now.
+        assert started == [] or started == [held[0].id]
+        monkeypatch.setattr(producer.engine, "job_return_many", real)
+        assert producer.return_stale() == 0  # given back already: nothing of that claim
+    finally:
+        signals.job_started.disconnect(receiver)
+    for job in held[1:]:
+        row = get(tx_engine, job)
+        assert (row.state, row.attempt) == ("available", 0)
+    assert not producer.buffer
