@@ -45,6 +45,8 @@ BRIEF_ACCESS_EXCLUSIVE = {
     "0012_route_and_periodic_controls": "ADD COLUMN paused_at / disabled_at / enabled_at "
     "(nullable, no default) and DROP NOT NULL on the small subscription, stream consumer "
     "and periodic slot tables: catalog changes",
+    "0014_claimed_ahead": "ADD COLUMN claimed_ahead_at (nullable, no default) on the job "
+    "tables: a catalog change",
 }
 #: How long the worker's transaction stays open during each step (seconds).
 HOLD = 2.0
