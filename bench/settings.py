@@ -105,3 +105,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_hopper": {"handlers": ["console"], "level": "WARNING"}},
 }
+# BENCH_CLAIM_AHEAD sets HOPPER["CLAIM_AHEAD"] (jobs claimed beyond the free slots
+# while jobs are short; unset: hopper's default, the queue's concurrency).
+if os.environ.get("BENCH_CLAIM_AHEAD"):
+    HOPPER["CLAIM_AHEAD"] = int(os.environ["BENCH_CLAIM_AHEAD"])

@@ -71,6 +71,14 @@ def _debug() -> bool:
     return logger.isEnabledFor(logging.DEBUG)
 
 
+#: Jobs claimed ahead per slot when ``HOPPER["CLAIM_AHEAD"]`` is None. Four per
+#: slot (Celery's default prefetch multiplier) let a claim carry up to five
+#: times the free slots, so that its fixed cost (the statement's start, the
+#: commit's WAL flush, the round trip) is shared by several rounds of short jobs;
+#: one per slot still left a worker at concurrency 10 waiting on its claims.
+AHEAD_PER_SLOT = 4
+
+
 @dataclass
 class WorkerConfig:
     """What a worker does; every field defaults to the HOPPER setting."""
@@ -150,7 +158,7 @@ class Worker:
                 start_job=self.start_job,
                 poll_interval=float(self.config.poll_interval or 1.0),
                 claim_debounce=float(self.config.claim_debounce or 0),
-                ahead=c
+                ahead=AHEAD_PER_SLOT * c
                 if hopper_settings.CLAIM_AHEAD is None
                 else int(hopper_settings.CLAIM_AHEAD),
                 unstarted=self._cancel_unstarted,
