@@ -95,7 +95,7 @@ class Producer:
         #: The running mean of the queue's run times (seconds). It starts at the
         #: bound, so claims go ahead only once the queue's jobs proved short.
         self.mean_run = AHEAD_MAX_RUN
-        #: Buffered jobs given back unstarted (read by the stop line and metrics).
+        #: Buffered jobs given back unstarted, in all (kept for inspection and tests).
         self.returned = 0
         self.engine = engine
         self.control = control
