@@ -174,8 +174,8 @@ def _check_numbers(user: dict[str, Any], defaults: dict[str, Any]) -> list[Any]:
                 f"HOPPER['CLAIM_AHEAD'] must be None or an integer >= 0, not {ahead!r}.",
                 hint=(
                     "It is how many jobs a queue's worker may claim beyond its free slots "
-                    "while its jobs are short: None (the default) claims up to the queue's "
-                    "concurrency ahead, 0 turns it off."
+                    "while its jobs are short: None (the default) claims up to four times the "
+                    "queue's concurrency ahead, 0 turns it off."
                 ),
                 id="hopper.E018",
             )
