@@ -40,7 +40,17 @@ def server() -> dict[str, Any]:
 def fresh_db(tmp_path: Path) -> Iterator[str]:
     """The name of an empty database of the engine under test, dropped afterwards."""
     if not POSTGRES:
-        yield str(tmp_path / "fresh.sqlite3")
+        # Made as CREATE DATABASE makes one on PostgreSQL: the file exists, already in
+        # the WAL mode the settings ask for. Two processes that open a file that is not
+        # yet in WAL mode race to switch it, and SQLite fails the loser's switch at once
+        # with "database is locked" (no busy wait), before any migration lock is taken.
+        path = tmp_path / "fresh.sqlite3"
+        conn = sqlite3.connect(path)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+        finally:
+            conn.close()
+        yield str(path)
         return
     name = "test_hopper_deploy_" + os.environ.get("HOPPER_TEST_DB_SUFFIX", "main")
     drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
