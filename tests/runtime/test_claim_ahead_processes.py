@@ -14,7 +14,7 @@ import pytest
 from django_hopper.engine.params import JobListParams
 from django_hopper.engine.rules import AHEAD_MISS_REASON
 from django_hopper.models import Client, Job
-from tests.support.runtime import FINAL, get, insert, insert_many, wait_for
+from tests.support.runtime import FINAL, get, insert_many, wait_for
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.processes
@@ -85,9 +85,10 @@ def test_sigterm_gives_the_buffered_jobs_back_with_their_attempts(tx_engine, pro
     fast = insert_many(tx_engine, jobs.add, [((i, 0), {}) for i in range(40)])
     proc = processes.start("--queues", "default:2")
     wait_for(lambda: all(get(tx_engine, j).state == "completed" for j in fast), timeout=30)
-    # The queue's jobs proved short: the next claim takes two into the slots, two ahead.
-    held = [insert(tx_engine, jobs.rt_hold, 2.0) for _ in range(4)]
-    wait_for(lambda: held_ahead(), timeout=20, step=0.005)
+    # The queue's jobs proved short: one claim takes the four (committed together)
+    # two into the slots, two ahead; the stop comes once both wait in the buffer.
+    held = insert_many(tx_engine, jobs.rt_hold, [((2.0,), {}) for _ in range(4)])
+    wait_for(lambda: sum(map(len, held_ahead().values())) == 2, timeout=20, step=0.005)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(20) == 0, processes.logs()
 
