@@ -159,6 +159,31 @@ def test_claim__plan_uses_the_partial_indexes(engine: BaseEngine, db_now: dt.dat
     assert "Seq Scan on hopper_job" not in plan
 
 
+def test_schedule__plan_reads_due_jobs_per_queue_and_updates_by_key(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    """The leader's sweep must not grow with the jobs waiting for a later time:
+    each queue's due jobs are a range of hopper_job_due, and the update finds its
+    rows by primary key, never by hashing the live table."""
+    far = db_now + 24 * HOUR
+    engine.job_insert_copy(
+        [JobInsertParams(kind="tests.plan", queue=q, scheduled_at=far) for q in ("qa", "qb")] * 1500
+        + [JobInsertParams(kind="tests.plan", queue="other") for _ in range(3000)],
+        JobInsertOpts(now=db_now),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE hopper_job")
+        cursor.execute(
+            "EXPLAIN " + QUERIES["job_schedule"], {"queue": None, "limit": 10_000, "now": db_now}
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "hopper_job_due" in plan
+    assert "Cond: (((queue)::text = q" in plan  # one queue's range at a time
+    assert "hopper_job_pkey" in plan
+    assert "Seq Scan on hopper_job" not in plan
+    assert "Hash Join" not in plan
+
+
 def test_claim__unlimited_claim_settles_on_a_generic_plan(
     engine: BaseEngine, db_now: dt.datetime
 ) -> None:

@@ -612,3 +612,29 @@ def test_schedule__promoted_jobs_are_claimed_as_available(
     engine.job_schedule(JobScheduleParams(now=db_now + SECOND))
 
     assert claim_one(engine, client_id, db_now + SECOND).id == job.id
+
+
+def test_schedule__sweeps_every_queue_holding_due_jobs(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    due = [
+        insert(engine, db_now, queue=q, scheduled_at=db_now + SECOND)
+        for q in ("qc", "qa", "qb", "qa")
+    ]
+    later = insert(engine, db_now, queue="qa0", scheduled_at=db_now + HOUR)
+
+    assert engine.job_schedule(JobScheduleParams(now=db_now + MINUTE)) == 4
+
+    assert [get(engine, job).state for job in due] == ["available"] * 4
+    assert get(engine, later).state == "scheduled"
+
+
+def test_schedule__limit_counts_the_jobs_of_every_queue(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    for q in ("qa", "qb", "qc"):
+        for _ in range(2):
+            insert(engine, db_now, queue=q, scheduled_at=db_now + SECOND)
+
+    assert engine.job_schedule(JobScheduleParams(limit=4, now=db_now + MINUTE)) == 4
+    assert engine.job_schedule(JobScheduleParams(limit=4, now=db_now + MINUTE)) == 2

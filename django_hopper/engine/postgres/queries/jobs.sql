@@ -402,23 +402,52 @@ WHERE j.id = i.id
 RETURNING j.id, j.queue
 
 -- name: job_schedule
--- Promote due scheduled/retryable jobs (the leader's sweep); returns how many
--- and the queues that got them, to wake their workers.
-WITH due AS (
-    SELECT j.id
-    FROM hopper_job j
-    WHERE j.state IN ('scheduled', 'retryable')
-      AND j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
-      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-    ORDER BY j.scheduled_at
+-- Promote due scheduled/retryable jobs (the leader's sweep, every second);
+-- returns how many and the queues that got them, to wake their workers. Its
+-- cost follows the due jobs and the queues holding waiting jobs, never the jobs
+-- waiting for a later time: `queues` walks the distinct queues of index
+-- hopper_job_due (one probe each, a skip scan), and `due` reads each queue's
+-- due jobs from the same index in time order, a range that ends at the first
+-- job not due (the index leads with the queue, so a sweep across queues
+-- ordered by time alone would read every waiting job of the index). Queues are
+-- swept in name order, each oldest first, %(limit)s jobs in all: a claim
+-- promotes its own queue's due jobs anyway. The update finds its rows by
+-- primary key: a join on the CTE may hash the whole live table, and the plan's
+-- estimates stay small enough that PostgreSQL never JIT-compiles it.
+WITH RECURSIVE queues AS (
+    SELECT coalesce(%(queue)s::text,
+                    (SELECT j.queue FROM hopper_job j
+                     WHERE j.state IN ('scheduled', 'retryable')
+                     ORDER BY j.queue
+                     LIMIT 1)) AS queue
+    UNION ALL
+    SELECT (SELECT j.queue FROM hopper_job j
+            WHERE j.state IN ('scheduled', 'retryable') AND j.queue > q.queue
+            ORDER BY j.queue
+            LIMIT 1)
+    FROM queues q
+    WHERE q.queue IS NOT NULL AND %(queue)s::text IS NULL
+),
+due AS (
+    SELECT d.id
+    FROM queues q
+    CROSS JOIN LATERAL (
+        SELECT j.id
+        FROM hopper_job j
+        WHERE j.queue = q.queue
+          AND j.state IN ('scheduled', 'retryable')
+          AND j.scheduled_at <= coalesce(%(now)s::timestamptz, now())
+        ORDER BY j.scheduled_at
+        LIMIT %(limit)s
+        FOR UPDATE OF j SKIP LOCKED
+    ) d
+    WHERE q.queue IS NOT NULL
     LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED
 ),
 promoted AS (
     UPDATE hopper_job j
     SET state = 'available', snooze_reason = NULL
-    FROM due d
-    WHERE j.id = d.id
+    WHERE j.id = ANY (ARRAY(SELECT d.id FROM due d))
     RETURNING j.queue
 )
 SELECT count(*), coalesce(array_agg(DISTINCT queue), '{}'::text[]) FROM promoted
