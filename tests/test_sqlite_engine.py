@@ -26,6 +26,7 @@ from django_hopper.engine.params import (
     JobRetryParams,
 )
 from django_hopper.engine.sqlite.convert import db_time, json_contains
+from django_hopper.engine.sqlite.support import Q
 from django_hopper.exceptions import InvalidJob, JobLocked, UniqueConflict
 
 pytestmark = pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite engine specifics")
@@ -346,3 +347,20 @@ def test_sqlite__a_stored_time_parses_to_aware_utc_each_time() -> None:
             2030, 1, 2, 3, 4, 5, 6, tzinfo=dt.UTC
         )
     assert from_db_time(dt.datetime(2030, 1, 2)) == dt.datetime(2030, 1, 2, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize("depends_on", [None, '["00"]'])
+def test_sqlite__the_workflow_sweep_reads_only_pending_jobs(
+    engine: BaseEngine, depends_on: str | None
+) -> None:
+    """The sweep runs every second under the write lock: its cost must follow the
+    pending jobs, never the whole live table (SQLite would walk it in ID order)."""
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+        cursor.execute(
+            "EXPLAIN QUERY PLAN " + Q["workflow_promote_ready"],
+            {"depends_on": depends_on, "after": "", "limit": 1000},
+        )
+        plan = [row[-1] for row in cursor.fetchall()]
+    assert "SEARCH j USING INDEX hopper_job_state (state=?)" in plan
+    assert not any(line == "SCAN j" or line.startswith("SCAN j USING") for line in plan)

@@ -55,7 +55,11 @@ ORDER BY id;
 -- name: workflow_promote_ready
 -- The pending candidates (dependents of %(depends_on)s, a JSON array, or a
 -- sweep's chunk after %(after)s) with whether all their dependencies left the
--- live table, and how they fail: 1 cancel, 2 discard, NULL run.
+-- live table, and how they fail: 1 cancel, 2 discard, NULL run. The pending
+-- jobs are read from index hopper_job_state (INDEXED BY): without it SQLite
+-- walks the whole live table in ID order to spare the sort, under the write
+-- lock (0.6 s a sweep, every second, with 10^6 jobs waiting); this way the
+-- cost follows the pending jobs alone.
 SELECT j.id,
        NOT EXISTS (SELECT 1 FROM hopper_job_dependency AS d
                    JOIN hopper_job AS l ON l.id = d.depends_on
@@ -65,7 +69,7 @@ SELECT j.id,
         LEFT JOIN hopper_dependency_result AS r ON r.job_id = d.depends_on
         WHERE d.job_id = j.id AND d.on_failure <> 'run'
           AND coalesce(r.state, 'completed') <> 'completed') AS fail
-FROM hopper_job AS j
+FROM hopper_job AS j INDEXED BY hopper_job_state
 WHERE j.state = 'pending'
   AND CASE WHEN %(depends_on)s IS NOT NULL
            THEN j.id IN (SELECT d.job_id FROM hopper_job_dependency AS d
