@@ -127,7 +127,10 @@ def test_insert_values__are_insert_arrays_element_for_one_job() -> None:
 # -- plans -------------------------------------------------------------------
 
 
-def test_claim__plan_uses_the_partial_indexes(engine: BaseEngine, db_now: dt.datetime) -> None:
+@pytest.mark.parametrize("name", ["job_claim", "job_claim.keyless"])
+def test_claim__plan_uses_the_partial_indexes(
+    engine: BaseEngine, db_now: dt.datetime, name: str
+) -> None:
     """Many future and foreign jobs must not turn the claim into a scan."""
     far = db_now + 24 * HOUR
     engine.job_insert_copy(
@@ -141,7 +144,7 @@ def test_claim__plan_uses_the_partial_indexes(engine: BaseEngine, db_now: dt.dat
         from django_hopper.engine.postgres.support import QUERIES
 
         cursor.execute(
-            "EXPLAIN " + QUERIES["job_claim"],
+            "EXPLAIN " + QUERIES[name],
             {
                 "queue": "default",
                 "client_id": 1,
@@ -157,6 +160,8 @@ def test_claim__plan_uses_the_partial_indexes(engine: BaseEngine, db_now: dt.dat
     assert "hopper_job_claim" in plan
     assert "hopper_job_due" in plan
     assert "Seq Scan on hopper_job" not in plan
+    if name == "job_claim.keyless":
+        assert "hopper_job_keyed" in plan  # the probe for keyed candidates
 
 
 def test_schedule__plan_reads_due_jobs_per_queue_and_updates_by_key(

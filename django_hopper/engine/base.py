@@ -163,6 +163,10 @@ from django_hopper.types import (
 #: Jobs per statement when a delete cancels a subscription's or consumer's deliveries.
 CANCEL_CHUNK = 1_000
 
+#: Seconds a queue whose keyless claim found keyed candidates is claimed by the
+#: full statement alone before the keyless one is tried again.
+KEYED_RECHECK = 1.0
+
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -217,7 +221,9 @@ class BaseEngine(ABC):
     is nothing to do, decides which notifications go out, and calls one vendor
     hook (``_job_insert_many`` ...). A vendor implements the hooks only: run
     the SQL and convert the rows. Stateless apart from its alias: every call
-    uses the current thread's Django connection for that alias.
+    uses the current thread's Django connection for that alias, and a hint
+    of which queues had keyed jobs lately, which picks a claim statement and
+    never changes what a claim returns.
     """
 
     vendor: ClassVar[str]
@@ -225,6 +231,9 @@ class BaseEngine(ABC):
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
+        #: Queue -> monotonic time until which its unlimited claims go straight
+        #: to the full statement (its keyless one found keyed candidates).
+        self._keyed_until: dict[str, float] = {}
 
     @property
     def connection(self) -> BaseDatabaseWrapper:
@@ -373,6 +382,18 @@ class BaseEngine(ABC):
         validation.queue_name(params.queue)
         if params.limited:
             return self._job_claim_limited(params)
+        # A queue without keyed candidates is claimed by the keyless statement,
+        # which claims exactly what the full one would: its probe for keyed
+        # candidates reads the snapshot its claim reads, so a keyed job it does
+        # not see is one the full statement would not see either. When it
+        # finds some, it claims nothing and the full statement runs; the
+        # queue then skips the probe for KEYED_RECHECK seconds.
+        queue = params.queue
+        if time.monotonic() >= self._keyed_until.get(queue, 0.0):
+            result = self._job_claim_keyless(params)
+            if result is not None:
+                return result
+            self._keyed_until[queue] = time.monotonic() + KEYED_RECHECK
         return self._job_claim(params)
 
     def job_return_many(self, params: JobReturnManyParams) -> list[JobID]:
@@ -1372,6 +1393,12 @@ class BaseEngine(ABC):
     @abstractmethod
     def _job_claim(self, params: JobClaimParams) -> JobClaimResult:
         """Claim through the unlimited path: one statement, no queue row lock."""
+
+    @abstractmethod
+    def _job_claim_keyless(self, params: JobClaimParams) -> JobClaimResult | None:
+        """Claim through the unlimited path without ordering keys; None, having
+        claimed nothing, when the queue has a keyed candidate (available,
+        scheduled or retryable with an ordering key)."""
 
     @abstractmethod
     def _job_claim_limited(self, params: JobClaimParams) -> JobClaimResult:

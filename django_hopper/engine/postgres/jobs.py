@@ -63,10 +63,10 @@ _NO_DELAY = dt.timedelta(0)
 #: Claims of at most this many jobs have their limit written into the statement
 #: (one prepared statement per distinct limit, so only small ones).
 _LITERAL_LIMIT_MAX = 64
-_CLAIM_BY_LIMIT: dict[int, str] = {}
+_CLAIM_BY_LIMIT: dict[tuple[str, int], str] = {}
 
 
-def _claim_sql(limit: int) -> str:
+def _claim_sql(limit: int, name: str = "job_claim") -> str:
     """Return the unlimited-path claim, with ``limit`` written in when it is small.
 
     With ``LIMIT $n`` a parameter, PostgreSQL estimates it at a tenth of the
@@ -78,13 +78,13 @@ def _claim_sql(limit: int) -> str:
     itself after five runs: one statement, one round trip, no planning.
     ``limit`` is a validated integer, never text from outside.
     """
-    sql = _CLAIM_BY_LIMIT.get(limit)
+    sql = _CLAIM_BY_LIMIT.get((name, limit))
     if sql is None:
-        sql = QUERIES["job_claim"]
+        sql = QUERIES[name]
         if limit <= _LITERAL_LIMIT_MAX:
             literal = str(int(limit))
             sql = sql.replace("%(limit)s", literal).replace("%(scan)s", literal)
-            _CLAIM_BY_LIMIT[limit] = sql
+            _CLAIM_BY_LIMIT[name, limit] = sql
     return sql
 
 
@@ -331,16 +331,33 @@ class JobsMixin(PostgresSupport):
     def _job_claim(self, params: JobClaimParams) -> JobClaimResult:
         """Claim up to ``limit`` jobs of a queue in one statement (SKIP LOCKED)."""
         # The unlimited path; the limited one is QueuesMixin._job_claim_limited (queues.py).
+        return self._claim_rows(params, self._claim_statement("job_claim", params))
+
+    def _job_claim_keyless(self, params: JobClaimParams) -> JobClaimResult | None:
+        """Claim as ``_job_claim`` does, without the ordering-key CTEs; None when
+        the queue has keyed candidates (the one row returned says so, no job)."""
+        rows = self._claim_statement("job_claim.keyless", params)
+        if len(rows) == 1 and rows[0][0] is None:
+            # No job claimed: the row only carries the probe's answer.
+            if rows[0][-1]:
+                return None
+            rows = []
+        return self._claim_rows(params, rows)
+
+    def _claim_statement(self, name: str, params: JobClaimParams) -> list[tuple[Any, ...]]:
+        """Run one of the unlimited path's claim statements; return its rows."""
         total = params.limit + params.ahead
-        sql = _claim_sql(total)
-        rows = self._fetchall(
-            "job_claim",
+        return self._fetchall(
+            name,
             {"queue": params.queue, "client_id": params.client_id, "limit": total,
              "scan": total, "free": params.limit, "now": params.now},
-            sql=sql,
+            sql=_claim_sql(total, name),
             prepare=True,
             generic_plan=total > _LITERAL_LIMIT_MAX,
         )  # fmt: skip
+
+    def _claim_rows(self, params: JobClaimParams, rows: list[tuple[Any, ...]]) -> JobClaimResult:
+        """Build the claim's result from its rows (job columns, then ``ahead``)."""
         claimed = [job_from_row(row) for row in rows]
         ahead = frozenset(j.id for j, row in zip(claimed, rows, strict=True) if row[JOB_WIDTH])
         jobs = runnable(self, params, claimed)

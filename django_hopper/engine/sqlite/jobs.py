@@ -237,6 +237,18 @@ class JobsMixin(SQLiteSupport):
     @translate_errors
     def _job_claim(self, params: JobClaimParams) -> JobClaimResult:
         """Promote the queue's due jobs and claim the best ones, in one transaction."""
+        result = self._claim_unlimited(params, keyless=False)
+        # Only the keyless statement reports keyed candidates (None).
+        return result if result is not None else JobClaimResult(jobs=[])
+
+    @translate_errors
+    def _job_claim_keyless(self, params: JobClaimParams) -> JobClaimResult | None:
+        """Claim as ``_job_claim`` does, without the ordering-key CTEs; None, with
+        nothing written, when the queue has keyed candidates."""
+        return self._claim_unlimited(params, keyless=True)
+
+    def _claim_unlimited(self, params: JobClaimParams, *, keyless: bool) -> JobClaimResult | None:
+        """The unlimited claim, through job_claim or (``keyless``) job_claim.keyless."""
         with self._atomic(), self._hot_cursor() as c:
             # Read the clock under the write lock (BEGIN IMMEDIATE), so that
             # database time follows the order in which writers commit.
@@ -254,8 +266,15 @@ class JobsMixin(SQLiteSupport):
                 "limited": False,
             }
             c.execute(Q["job_claim.promote"], args)
-            c.execute(Q["job_claim"], args)
+            c.execute(Q["job_claim.keyless" if keyless else "job_claim"], args)
             rows = c.fetchall()
+            if keyless and not rows:
+                # Nothing claimed: say whether keyed candidates closed the gate
+                # (the write lock is still held, so the answer is the claim's).
+                c.execute(Q["job_claim.keys"], {"queue": params.queue})
+                keys = c.fetchone()
+                if keys is not None and keys[0]:
+                    return None
         jobs = [job_from_row(r) for r in rows]
         ahead = frozenset(j.id for j, r in zip(jobs, rows, strict=True) if r[JOB_WIDTH] is not None)
         jobs.sort(key=_claim_key)

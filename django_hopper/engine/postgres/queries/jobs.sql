@@ -135,6 +135,7 @@ FROM STDIN (FORMAT BINARY)
 
 -- name: job_claim
 -- variant: job_claim.limited LIMITED
+-- variant: job_claim.keyless KEYLESS
 -- Two prepared statements from one text. job_claim is the unlimited path: its
 -- gate is also closed on a queue with limits (so the worker switches paths), it
 -- has no partition ranking, and the engine writes %(limit)s and %(scan)s (equal
@@ -166,7 +167,22 @@ FROM STDIN (FORMAT BINARY)
 -- The updates find their rows by `id = ANY (ARRAY(...))`, a primary-key probe
 -- per row whatever the table's estimate (a join on the CTE may turn into a
 -- sequential scan of the live table when its statistics are stale).
+-- job_claim.keyless (KEYLESS) is the unlimited path without the ordering-key
+-- CTEs: a plan a third the size, which PostgreSQL starts much faster. `keys`
+-- probes hopper_job_keyed once (the condition `kwin` reads); when the queue
+-- has a keyed candidate the gate is closed and the one row returned carries
+-- keyed = true and no job, so the engine claims again with job_claim. When it
+-- has none, `kwin` of job_claim would be empty in this same snapshot (and so
+-- `kfast`, `kwalk`, `heads` and `keyed`): both statements claim the same jobs,
+-- and a keyed job committed after the snapshot is seen by neither.
 WITH RECURSIVE
+/*IF KEYLESS*/
+keys AS (
+    SELECT EXISTS (SELECT 1 FROM hopper_job k
+                   WHERE k.queue = %(queue)s AND k.ordering_key IS NOT NULL
+                     AND k.state IN ('available', 'scheduled', 'retryable')) AS keyed
+),
+/*END*/
 gate AS (
     SELECT NOT EXISTS (
         SELECT 1 FROM hopper_queue q
@@ -175,7 +191,8 @@ gate AS (
                OR q.rate_per_sec > 0 OR q.partition_limit > 0/*END*/))
         AND EXISTS (SELECT 1 FROM hopper_client c
                     WHERE c.id = %(client_id)s
-                      AND c.expires_at > coalesce(%(now)s::timestamptz, now())) AS open
+                      AND c.expires_at > coalesce(%(now)s::timestamptz, now()))/*IF KEYLESS*/
+        AND NOT (SELECT keyed FROM keys)/*END*/ AS open
 ),
 due AS (
     SELECT j.id, j.priority, j.scheduled_at, j.expires_at, j.partition_key
@@ -210,6 +227,7 @@ avail AS (
 -- fewer heads than needed, and the unkeyed candidates do not already fill the
 -- claim ahead of the window's end, `kwalk` turns on the exhaustive key walk
 -- (`okeys`/`heads`, as before), so the result is exactly the best heads.
+/*IF KEYLESS*//*ELSE*/
 kwin AS (
     SELECT w.id, w.priority, w.scheduled_at, w.ordering_key, w.claimable,
            row_number() OVER (PARTITION BY w.ordering_key ORDER BY w.id) AS lane_pos
@@ -264,7 +282,10 @@ kwalk AS (
                  ORDER BY x.priority DESC, x.scheduled_at, x.id
                  OFFSET %(limit)s - 1
                  LIMIT 1) u
-           /*IF LIMITED*/WHERE %(partition_limit)s <= 0/*END*/), false) AS needed
+/*END*/
+           /*IF LIMITED*/WHERE %(partition_limit)s <= 0/*END*/
+/*IF KEYLESS*//*ELSE*/
+           ), false) AS needed
 ),
 okeys AS (
     (SELECT j.ordering_key AS k
@@ -310,6 +331,7 @@ keyed AS (
     LIMIT %(scan)s
     FOR UPDATE OF j SKIP LOCKED
 ),
+/*END*/
 /*IF LIMITED*/
 partition_running AS (
     SELECT r.partition_key, count(*) AS n
@@ -331,8 +353,10 @@ ranked AS (
             UNION ALL
             SELECT d.id, d.priority, d.scheduled_at, d.partition_key, false FROM due d
             WHERE d.expires_at IS NULL OR d.expires_at > coalesce(%(now)s::timestamptz, now())
+/*IF KEYLESS*//*ELSE*/
             UNION ALL
             SELECT k.id, k.priority, k.scheduled_at, k.partition_key, true FROM keyed k
+/*END*/
         ) u
     ) c
 /*IF LIMITED*/
@@ -376,7 +400,12 @@ claimed AS (
     WHERE j.id = ANY (ARRAY(SELECT p.id FROM picked p))
     RETURNING {job_columns:j}, j.claimed_ahead_at IS NOT NULL AS ahead
 )
+/*IF KEYLESS*/
+SELECT c.*, k.keyed FROM claimed c RIGHT JOIN keys k ON true
+ORDER BY c.priority DESC, c.scheduled_at, c.id
+/*ELSE*/
 SELECT * FROM claimed ORDER BY priority DESC, scheduled_at, id
+/*END*/
 
 -- name: job_return_many
 -- Give back jobs a worker claimed ahead of a free slot and never started: each

@@ -115,7 +115,19 @@ WHERE queue = %(queue)s
   AND state IN ('scheduled', 'retryable')
   AND scheduled_at <= %(now)s;
 
+-- fragment: keyed_candidates
+-- Whether the queue has keyed candidates: the rows `kwin` of job_claim reads.
+EXISTS (SELECT 1 FROM hopper_job INDEXED BY hopper_job_keyed
+        WHERE queue = %(queue)s AND ordering_key IS NOT NULL
+          AND state IN ('available', 'scheduled', 'retryable'))
+
+-- name: job_claim.keys
+-- Asked after job_claim.keyless claimed nothing, in its transaction: whether
+-- its gate was closed by keyed candidates.
+SELECT {keyed_candidates};
+
 -- name: job_claim
+-- variant: job_claim.keyless KEYLESS
 -- The claim itself: the best claimable jobs of the queue, unless it is paused (or,
 -- on the unlimited path, limited) or the client's lease has expired (the rescue
 -- may own what it would claim). One writer at a time, so no other claim can take
@@ -129,6 +141,9 @@ WHERE queue = %(queue)s
 -- grows with the keys.
 -- Partition limit (limited path): a candidate's rank in its partition plus the
 -- partition's running jobs must not pass %(partition_limit)s (0: none).
+-- job_claim.keyless (KEYLESS) leaves the ordering-key CTEs out, and its gate is
+-- closed while the queue has keyed candidates; without any, it claims what
+-- job_claim would (one writer: nothing commits between its reads).
 WITH RECURSIVE
 gate(open) AS (
     SELECT NOT EXISTS (
@@ -138,13 +153,15 @@ gate(open) AS (
                OR (NOT %(limited)s AND (global_limit > 0 OR rate_per_sec > 0
                                         OR partition_limit > 0))))
         AND EXISTS (SELECT 1 FROM hopper_client
-                    WHERE id = %(client_id)s AND expires_at > %(now)s)),
+                    WHERE id = %(client_id)s AND expires_at > %(now)s)/*IF KEYLESS*/
+        AND NOT {keyed_candidates}/*END*/),
 -- Ordering keys, as in the PostgreSQL claim: `kwin` is the window (index
 -- hopper_job_keyed, whose condition the WHERE repeats word for word). Every window
 -- row is non-pending, so only the oldest window row of a key (lane_pos = 1) can be
 -- a head; `kfast` probes those (hopper_job_ordering). `kwalk` turns on the key walk
 -- only when the window is full and short of heads. INDEXED BY pins the plans on
 -- tables never analysed (so the indexes must exist: migration 0006).
+/*IF KEYLESS*//*ELSE*/
 kwin AS (
     SELECT w.id, w.priority, w.scheduled_at, w.ordering_key, w.claimable,
            row_number() OVER (PARTITION BY w.ordering_key ORDER BY w.id) AS lane_pos
@@ -193,6 +210,7 @@ heads(id) AS (
       AND okeys.k NOT IN (SELECT ordering_key FROM hopper_job
                           WHERE state = 'running' AND queue = %(queue)s
                             AND ordering_key IS NOT NULL)),
+/*END*/
 cand AS (
     SELECT * FROM (
         SELECT id, priority, scheduled_at, partition_key, 0 AS keyed
@@ -204,6 +222,7 @@ cand AS (
           AND (SELECT open FROM gate)
         ORDER BY priority DESC, scheduled_at, id
         LIMIT %(scan)s)
+/*IF KEYLESS*//*ELSE*/
     UNION ALL
     SELECT * FROM (
         SELECT j.id, j.priority, j.scheduled_at, j.partition_key, 1 AS keyed
@@ -215,7 +234,9 @@ cand AS (
                         OR {wake_marked_j})))
           AND (j.expires_at IS NULL OR j.expires_at > %(now)s)
         ORDER BY j.priority DESC, j.scheduled_at, j.id
-        LIMIT %(scan)s)),
+        LIMIT %(scan)s)
+/*END*/
+    ),
 ranked AS (
     SELECT c.*, row_number() OVER (PARTITION BY c.partition_key
                                    ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rnk
