@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import inspect
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -53,7 +54,7 @@ from django_hopper.types import ConflictAction
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
-    from django_hopper.engine.params import JobInsertParams
+    from django_hopper.engine.params import JobInsertOpts, JobInsertParams
     from django_hopper.types import JobRow
 
 P = ParamSpec("P")
@@ -396,13 +397,17 @@ class JobFunction(Generic[P, R]):
         Exposed for code that inserts jobs through the engine itself (batches,
         workflows), so that it stores exactly what ``enqueue`` would.
         """
-        return self._with_args(self._template(), args, kwargs, field)
+        return self._template(stored=_stored_args(args, kwargs, field))
 
-    def _template(self, now: dt.datetime | None = None) -> JobInsertParams:
+    def _template(
+        self, now: dt.datetime | None = None, stored: dict[str, Any] | None = None
+    ) -> JobInsertParams:
         """Return the params every job of one enqueue call shares, checked once.
 
         A ``run_after`` timedelta is resolved here, from ``now`` (default: the
         current time), so the jobs of one call share their schedule.
+        ``stored``: one call's checked arguments (:func:`_stored_args`), for a
+        single job, built at once rather than copied from the template.
         """
         # Imported here: importing the public API (``from django_hopper import job``)
         # must not load the engine layer, which needs settings.
@@ -431,6 +436,7 @@ class JobFunction(Generic[P, R]):
             subject=opts.subject,
             ttl=opts.ttl,
             awaited=opts.awaited,
+            args={} if stored is None else stored,
         )
 
     @staticmethod
@@ -438,11 +444,15 @@ class JobFunction(Generic[P, R]):
         template: JobInsertParams, args: Sequence[Any], kwargs: Mapping[str, Any], field: str
     ) -> JobInsertParams:
         """Return ``template`` carrying one call's arguments, refusing non-JSON ones."""
-        stored = {
-            "args": validation.json_normalize(list(args), f"{field}args"),
-            "kwargs": validation.json_normalize(dict(kwargs), f"{field}kwargs"),
-        }
-        return dataclasses.replace(template, args=stored)
+        return dataclasses.replace(template, args=_stored_args(args, kwargs, field))
+
+
+def _stored_args(args: Sequence[Any], kwargs: Mapping[str, Any], field: str) -> dict[str, Any]:
+    """Return one call's arguments as the job stores them, refusing non-JSON ones."""
+    return {
+        "args": validation.json_normalize(list(args), f"{field}args"),
+        "kwargs": validation.json_normalize(dict(kwargs), f"{field}kwargs"),
+    }
 
 
 #: One job ready for ``_insert``: the function that enqueues it (the signal's
@@ -580,6 +590,8 @@ def _insert(entries: Sequence[_Entry]) -> list[JobHandle]:
     # (importing the public API must not need settings).
     from django_hopper.engine import get_engine  # noqa: PLC0415 - keeps `from django_hopper import job` from loading the engine
 
+    if len(entries) == 1:  # every enqueue(): one job, one alias
+        return _insert_on(get_engine(queue_alias(entries[0][1].queue)), entries)
     by_alias: dict[str, list[int]] = {}
     for i, (_, p) in enumerate(entries):
         by_alias.setdefault(queue_alias(p.queue), []).append(i)
@@ -608,7 +620,7 @@ def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]
     # (importing the public API must not need settings).
     from django_hopper.engine.params import JobInsertOpts, JobInsertResult  # noqa: PLC0415 - keeps `from django_hopper import job` from loading the engine
 
-    skip_opts = JobInsertOpts(notify=True, on_conflict=ConflictAction.SKIP)
+    skip_opts = _skip_opts()
     if len(entries) == 1 and entries[0][1].unique_key is None:
         # One job without a unique key (every plain enqueue()): one insert, what
         # the general path below does for it, without its grouping.
@@ -692,6 +704,15 @@ def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]
     for fn, jobs, duplicates in by_sender.values():
         job_enqueued.send(sender=fn, jobs=jobs, duplicates=duplicates)
     return handles
+
+
+@functools.cache
+def _skip_opts() -> JobInsertOpts:
+    """Return the insert options of an enqueue without ``replace``, made once (immutable)."""
+    # Imported here, as in _insert_on: the engine layer loads on the first enqueue.
+    from django_hopper.engine.params import JobInsertOpts  # noqa: PLC0415 - keeps `from django_hopper import job` from loading the engine
+
+    return JobInsertOpts(notify=True, on_conflict=ConflictAction.SKIP)
 
 
 def _rebuild(kind: str, overrides: dict[str, Any]) -> JobFunction[Any, Any]:

@@ -171,9 +171,13 @@ def insert(p: JobInsertParams, *, copy: bool = False) -> None:
         )
 
 
+#: Every conflict action (read per insert: the tuple is made once).
+_CONFLICT_ACTIONS = ConflictAction.values()
+
+
 def insert_opts(opts: JobInsertOpts) -> None:
     """Refuse an unknown conflict action."""
-    if opts.on_conflict not in ConflictAction.values():
+    if opts.on_conflict not in _CONFLICT_ACTIONS:
         raise InvalidJob(
             f"on_conflict must be one of {', '.join(ConflictAction.values())}, "
             f"not {opts.on_conflict!r}",

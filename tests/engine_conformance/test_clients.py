@@ -15,6 +15,7 @@ from django_hopper.engine.params import (
     ClientRenewParams,
     JobCancelParams,
     JobDeleteParams,
+    JobInsertOpts,
     JobInsertParams,
     JobRetryParams,
     LeaderParams,
@@ -412,6 +413,19 @@ def test_notify__insert_with_notify_announces_each_queue_once(
     got = receive(listening, 3, timeout=1.0)
 
     assert sorted(n.payload for n in got if n.channel == CHANNEL_INSERT) == ["qa", "qb"]
+
+
+def test_notify__one_job_on_the_database_clock_announces_its_queue(
+    tx_engine: BaseEngine, listening: Listener
+) -> None:
+    """The insert of a plain enqueue() (one job at its defaults, no ``now``) wakes its queue."""
+    tx_engine.job_insert_many(
+        [JobInsertParams(kind="tests.n", queue="q1")], JobInsertOpts(notify=True)
+    )
+
+    got = receive(listening, 1, timeout=1.0)
+
+    assert [n.payload for n in got if n.channel == CHANNEL_INSERT] == ["q1"]
 
 
 def test_notify__insert_announces_only_queues_that_got_an_available_job(

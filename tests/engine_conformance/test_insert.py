@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -15,7 +16,7 @@ from django_hopper.engine.params import (
 )
 from django_hopper.exceptions import NotSupported
 from django_hopper.ids import new_id
-from django_hopper.types import ConflictAction
+from django_hopper.types import ConflictAction, JobRow
 from tests.engine_conformance.support import (
     HOUR,
     MINUTE,
@@ -53,6 +54,61 @@ def test_insert__returns_one_available_job_per_input_in_input_order(
         assert r.job.finalized_at is None
         assert r.job.errors == []
     assert len({r.job.id for r in results}) == 3
+
+
+#: A job with one field off its default (the key), for the one-job insert.
+_ONE_FIELD = {
+    "none": lambda now: {},
+    "scheduled_at": lambda now: {"scheduled_at": now + HOUR},
+    "past scheduled_at": lambda now: {"scheduled_at": now - HOUR},
+    "ttl": lambda now: {"ttl": 2 * HOUR},
+    "metadata": lambda now: {"metadata": {"m": [1, "x"]}},
+    "tags": lambda now: {"tags": ("a", "b")},
+    "ordering_key": lambda now: {"ordering_key": "o"},
+    "partition_key": lambda now: {"partition_key": "p"},
+    "subject": lambda now: {"subject": "user:1"},
+    "awaited": lambda now: {"awaited": True},
+}
+
+
+@pytest.mark.parametrize("field", list(_ONE_FIELD))
+def test_insert__one_job_stores_what_a_batch_stores(
+    engine: BaseEngine, db_now: dt.datetime, field: str
+) -> None:
+    """A single job (every ``enqueue()``, which engines insert by a statement of
+    its own) is stored and returned as the same job in a batch is, on the
+    database's clock as enqueue() inserts it, whichever field is set."""
+    p = JobInsertParams(
+        kind="tests.one",
+        queue="q1",
+        priority=3,
+        max_attempts=4,
+        args={"args": [1, None], "kwargs": {"b": "x", "a": 2.5}},
+        **_ONE_FIELD[field](db_now),
+    )
+    opts = JobInsertOpts(notify=True)
+
+    one = engine.job_insert_many([p], opts)[0]
+    in_batch = engine.job_insert_many([p, JobInsertParams(kind="tests.other")], opts)[0]
+
+    assert one.duplicate is in_batch.duplicate is False
+    assert one.job == get(engine, one.job)
+    assert in_batch.job == get(engine, in_batch.job)
+    assert one.job.state == in_batch.job.state
+    if p.scheduled_at is None:
+        assert one.job.scheduled_at == one.job.created_at
+
+    def relative(job: JobRow) -> JobRow:
+        """The job with its ID and times of insertion left out, its expiry relative."""
+        return dataclasses.replace(
+            job,
+            id=in_batch.job.id,
+            created_at=db_now,
+            scheduled_at=db_now if p.scheduled_at is None else job.scheduled_at,
+            expires_at=None if job.expires_at is None else job.expires_at - job.created_at,
+        )
+
+    assert relative(one.job) == relative(in_batch.job)
 
 
 def test_insert__an_empty_batch_inserts_nothing(engine: BaseEngine, db_now: dt.datetime) -> None:

@@ -111,6 +111,30 @@ def _insert_one_sql(sql: str) -> str:
 
 _INSERT_ONE = _insert_one_sql(QUERIES["job_insert_many"])
 
+
+def _plain(p: JobInsertParams, opts: JobInsertOpts) -> bool:
+    """Return whether ``job_insert_many.one`` stores this job as ``job_insert_many`` would.
+
+    True when every field the statement writes as a constant is at its
+    default: no schedule, TTL, ordering or partition key, batch, subject,
+    tags, metadata or awaiting, the statement's own clock, and wake-ups on.
+    """
+    return (
+        opts.notify
+        and opts.now is None
+        and p.scheduled_at is None
+        and p.ttl is None
+        and p.ordering_key is None
+        and p.partition_key is None
+        and p.batch_id is None
+        and p.subject is None
+        and not p.tags
+        and type(p.metadata) is dict
+        and not p.metadata
+        and not p.awaited
+    )
+
+
 _COPY_TYPES = [
     "uuid", "text", "text", "text", "int2", "int4", "int4", "timestamptz", "int8", "jsonb",
     "jsonb", "jsonb", "text", "text", "jsonb", "uuid", "timestamptz", "bool", "timestamptz",
@@ -152,11 +176,32 @@ class JobsMixin(PostgresSupport):
     def _insert_one(self, p: JobInsertParams, opts: JobInsertOpts) -> JobInsertResult:
         """Insert one job without a unique key (every ``enqueue()``): one statement.
 
-        The values of :func:`convert.insert_values`. In ``atomic()`` the
+        A job whose other fields are all at their defaults (:func:`_plain`)
+        takes ``job_insert_many.one``, seven parameters; any other, the values
+        of :func:`convert.insert_values` in ``_INSERT_ONE``. In ``atomic()`` the
         statement carries the transaction's ``BEGIN`` when it is the first
         (``_fetchall(begin=True)``).
         """
-        values = convert.insert_values(p, p.id if p.id is not None else new_ids(1)[0])
+        job_id = p.id if p.id is not None else new_ids(1)[0]
+        if _plain(p, opts):
+            args = convert.dump_json(p.args, "args")
+            plain = {
+                "id": job_id,
+                "kind": p.kind,
+                "queue": p.queue,
+                "priority": p.priority,
+                "max_attempts": p.max_attempts,
+                "args": args,
+                "channel": CHANNEL_INSERT,
+            }
+            rows = self._fetchall("job_insert_many.one", plain, prepare=True, begin=True)
+            if len(rows) != 1:  # pragma: no cover - no unique key, no conflict
+                raise DatabaseError(f"inserted {len(rows)} of 1 job")
+            now = rows[0][0]
+            returned = (job_id, JobState.AVAILABLE, now, None, now)
+            sent = {"args": [args], "metadata": ["{}"]}
+            return JobInsertResult(convert.inserted_job(p, sent, 0, returned))
+        values = convert.insert_values(p, job_id)
         values["now"] = opts.now
         values["channel"] = CHANNEL_INSERT
         values["notify"] = opts.notify

@@ -90,6 +90,8 @@ class JobsMixin(SQLiteSupport):
         self, params: Sequence[JobInsertParams], opts: JobInsertOpts = _DEFAULT_OPTS
     ) -> list[JobInsertResult]:
         """Insert the batch in one statement; report unique-key holders as duplicates."""
+        if len(params) == 1 and params[0].unique_key is None:
+            return [self._insert_one(params[0], opts)]
         now, now_s = self._now(opts.now)
         rows: list[list[Any]] = []
         jobs: list[JobRow] = []
@@ -184,6 +186,52 @@ class JobsMixin(SQLiteSupport):
             if queues:
                 self.notify(CHANNEL_INSERT, queues)
         return results  # type: ignore[return-value]
+
+    def _insert_one(self, p: JobInsertParams, opts: JobInsertOpts) -> JobInsertResult:
+        """Insert one job without a unique key (every ``enqueue()``): one statement.
+
+        The row ``job_insert_many`` would write for it, its values bound
+        directly (``job_insert_many.one``). No transaction of its own: one
+        statement is atomic by itself, in autocommit and in the caller's
+        transaction alike, and a job without a unique key has nothing to settle.
+        """
+        now, now_s = self._now(opts.now)
+        job_id = p.id or new_id()
+        if p.scheduled_at is None:
+            sched, sched_s = now, now_s
+        else:
+            sched_s = db_time(p.scheduled_at, "scheduled_at")
+            sched = p.scheduled_at
+        state = JobState.SCHEDULED if sched_s > now_s else JobState.AVAILABLE
+        expires = None if p.ttl is None else now + p.ttl
+        tags = list(p.tags)
+        values = {
+            "id": job_id.hex,
+            "kind": p.kind,
+            "queue": p.queue,
+            "state": state,
+            "priority": p.priority,
+            "max_attempts": p.max_attempts,
+            "scheduled_at": sched_s,
+            "args": dumps(p.args, "args"),
+            "metadata": dumps(p.metadata, "metadata"),
+            "ordering_key": p.ordering_key,
+            "partition_key": p.partition_key,
+            "tags": dumps(tags, "tags") if tags else "[]",
+            "batch_id": p.batch_id.hex if p.batch_id else None,
+            "expires_at": db_time(expires, "ttl") if expires is not None else None,
+            "awaited": 1 if p.awaited else 0,
+            "now": now_s,
+            "subject": p.subject,
+        }
+        with self._hot_cursor() as c:
+            c.execute(Q["job_insert_many.one"], values)
+        job = inserted_row(
+            job_id, p, state, sched, now, tags, expires, errors=[], batch_id=p.batch_id
+        )
+        if opts.notify and state == JobState.AVAILABLE:
+            self.notify(CHANNEL_INSERT, [p.queue])
+        return JobInsertResult(job=job, duplicate=False)
 
     def _insert_conflicts(
         self,

@@ -68,6 +68,23 @@ woken AS (
 SELECT i.id, i.state, i.scheduled_at, i.expires_at, i.created_at
 FROM inserted i CROSS JOIN woken
 
+-- name: job_insert_many.one
+-- One job without a unique key whose other fields are all at their defaults
+-- (no schedule, TTL, ordering or partition key, tags, metadata, batch, subject
+-- or awaiting; the statement's clock; wake-ups on): the common enqueue(). The
+-- insert of job_insert_many for such an input with its constant columns
+-- written in: seven parameters instead of nineteen, no input CTE. The job is
+-- available from now(), so the statement returns only that time (its
+-- created_at and scheduled_at; the engine knows the rest), and wakes its
+-- queue's workers at commit. Any other single job takes job_insert_many
+-- (jobs.py, _INSERT_ONE).
+INSERT INTO hopper_job (id, kind, queue, state, priority, attempt, max_attempts, scheduled_at,
+                        fence, args, metadata, errors, tags, awaited, created_at)
+VALUES (%(id)s::uuid, %(kind)s::text, %(queue)s::text, 'available', %(priority)s::int2, 0,
+        %(max_attempts)s::int4, now(), 0, %(args)s::text::jsonb, '{}'::jsonb, '[]'::jsonb,
+        '[]'::jsonb, false, now())
+RETURNING created_at, pg_notify(%(channel)s::text, queue)
+
 -- name: job_insert_many.existing
 -- The live jobs holding the unique keys of inputs the insert skipped.
 SELECT {job_columns:j}

@@ -65,6 +65,20 @@ WHERE true
 ON CONFLICT (kind, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING id;
 
+-- name: job_insert_many.one
+-- One job without a unique key (every enqueue()): the insert of job_insert_many
+-- for one input, its values bound as parameters instead of read from a JSON
+-- array (no json_each, no json_extract per column). It cannot conflict on a
+-- unique key, so it needs no ON CONFLICT and returns nothing.
+INSERT INTO hopper_job (
+    id, kind, queue, state, priority, attempt, max_attempts, scheduled_at, fence,
+    args, metadata, errors, ordering_key, partition_key, tags, batch_id,
+    expires_at, awaited, created_at, subject)
+VALUES (%(id)s, %(kind)s, %(queue)s, %(state)s, %(priority)s, 0, %(max_attempts)s,
+        %(scheduled_at)s, 0, %(args)s, %(metadata)s, '[]', %(ordering_key)s,
+        %(partition_key)s, %(tags)s, %(batch_id)s, %(expires_at)s, %(awaited)s, %(now)s,
+        %(subject)s);
+
 -- name: job_insert_many.finished
 -- Jobs in history that make inputs with unique_finished duplicates, newest first.
 -- %(keys)s: [input index, kind, unique_key, states as a JSON text].
