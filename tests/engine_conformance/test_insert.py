@@ -6,6 +6,8 @@ import dataclasses
 import datetime as dt
 
 import pytest
+from django.db import connections
+from django.test.utils import CaptureQueriesContext
 
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import (
@@ -109,6 +111,20 @@ def test_insert__one_job_stores_what_a_batch_stores(
         )
 
     assert relative(one.job) == relative(in_batch.job)
+
+
+def test_insert__one_job_runs_through_djangos_cursor_while_it_is_observed(
+    engine: BaseEngine,
+) -> None:
+    """Observed (``CaptureQueriesContext``, ``DEBUG``), the one-job insert of
+    ``enqueue()`` is sent through Django's cursor, which sees it, and stores the same."""
+    p = JobInsertParams(kind="tests.one", args={"args": [1], "kwargs": {}})
+    with CaptureQueriesContext(connections[engine.alias]) as ctx:
+        one = engine.job_insert_many([p], JobInsertOpts(notify=True))[0]
+
+    assert [q for q in ctx.captured_queries if "insert into hopper_job" in q["sql"].lower()]
+    assert one.job == get(engine, one.job)
+    assert one.job.scheduled_at == one.job.created_at
 
 
 def test_insert__an_empty_batch_inserts_nothing(engine: BaseEngine, db_now: dt.datetime) -> None:
