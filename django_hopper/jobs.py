@@ -397,17 +397,20 @@ class JobFunction(Generic[P, R]):
         Exposed for code that inserts jobs through the engine itself (batches,
         workflows), so that it stores exactly what ``enqueue`` would.
         """
-        return self._template(stored=_stored_args(args, kwargs, field))
+        return self._template(call=(args, kwargs, field))
 
     def _template(
-        self, now: dt.datetime | None = None, stored: dict[str, Any] | None = None
+        self,
+        now: dt.datetime | None = None,
+        call: tuple[Sequence[Any], Mapping[str, Any], str] | None = None,
     ) -> JobInsertParams:
         """Return the params every job of one enqueue call shares, checked once.
 
         A ``run_after`` timedelta is resolved here, from ``now`` (default: the
         current time), so the jobs of one call share their schedule.
-        ``stored``: one call's checked arguments (:func:`_stored_args`), for a
-        single job, built at once rather than copied from the template.
+        ``call``: one call's ``(args, kwargs, field)``, for a single job: its
+        arguments are checked after the options (as ``_with_args`` checks
+        them after the template) and the params built at once, not copied.
         """
         # Imported here: importing the public API (``from django_hopper import job``)
         # must not load the engine layer, which needs settings.
@@ -436,7 +439,7 @@ class JobFunction(Generic[P, R]):
             subject=opts.subject,
             ttl=opts.ttl,
             awaited=opts.awaited,
-            args={} if stored is None else stored,
+            args={} if call is None else _stored_args(*call),  # evaluated last
         )
 
     @staticmethod
