@@ -24,6 +24,7 @@ from django_hopper.engine.params import (
     JobListParams,
     JobRecordProgressParams,
     JobRetryParams,
+    JobsMaintainParams,
 )
 from django_hopper.engine.sqlite.convert import db_time, json_contains
 from django_hopper.engine.sqlite.support import Q
@@ -364,3 +365,153 @@ def test_sqlite__the_workflow_sweep_reads_only_pending_jobs(
         plan = [row[-1] for row in cursor.fetchall()]
     assert "SEARCH j USING INDEX hopper_job_state (state=?)" in plan
     assert not any(line == "SCAN j" or line.startswith("SCAN j USING") for line in plan)
+
+
+# -- live-table upkeep: statistics refreshed only when stale -------------------
+
+#: sqlite_stat1 of hopper_job as ANALYZE writes it with 10^6 waiting jobs: half
+#: available in another queue, half scheduled in the claimed one, 1,000 available
+#: in it, nothing running, keyed, leased or expiring (empty indexes: "0 ...").
+STATS_AT_A_MILLION = {
+    "hopper_job_claim": "501000 250500 250500 250500 1",
+    "hopper_job_state": "1001000 500500 333667 1",
+    "hopper_job_kind": "1001000 1001000 1",
+    "hopper_job_due": "500000 500000 500000",
+    "sqlite_autoindex_hopper_job_1": "1001000 1",
+    "hopper_job_unique_key": "0 0 0",
+    "hopper_job_running": "0 0 0",
+    "hopper_job_expires": "0 0",
+    "hopper_job_lease": "0 0",
+    "hopper_job_batch": "0 0",
+    "hopper_job_ordering": "0 0 0 0",
+    "hopper_job_keyed": "0 0 0 0 0",
+    "hopper_job_subject": "0 0",
+}
+
+
+def _stats(table: str = "hopper_job") -> dict[str, str]:
+    with connection.cursor() as c:
+        c.execute("SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_stat1'")
+        if not c.fetchone()[0]:
+            return {}
+        c.execute("SELECT idx, stat FROM sqlite_stat1 WHERE tbl = %s", [table])
+        return dict(c.fetchall())
+
+
+def _insert(engine: BaseEngine, n: int, queue: str = "up", **fields: Any) -> None:
+    engine.job_insert_many(
+        [JobInsertParams(kind="k", queue=queue, **fields) for _ in range(n)], JobInsertOpts()
+    )
+
+
+def test_sqlite__upkeep_analyzes_only_when_the_row_estimate_is_stale(engine: BaseEngine) -> None:
+    """ANALYZE reads the whole table under the write lock, so upkeep runs it only
+    when the rows sqlite_stat1 holds are off by analyze_ratio: once as the table
+    grows tenfold, never again while it stays."""
+    _forget_statistics()  # rolled back with the test
+    params = JobsMaintainParams(analyze_min_rows=50, analyze_ratio=10.0)
+    assert not engine.jobs_maintain(params).analyzed  # empty: nothing to learn
+    _insert(engine, 60)
+
+    first = engine.jobs_maintain(params)
+    after_first = _stats()
+    again = [engine.jobs_maintain(params).analyzed for _ in range(3)]
+    _insert(engine, 300)  # 360 rows: off by 6x, not stale yet
+    below = engine.jobs_maintain(params)
+    _insert(engine, 300)  # 660 rows: off by 11x
+    grown = engine.jobs_maintain(params)
+
+    assert first.analyzed and first.tables == {"hopper_job": "analyzed"}
+    assert after_first["sqlite_autoindex_hopper_job_1"].split()[0] == "60"
+    assert again == [False, False, False]
+    assert not below.analyzed and below.tables == {}
+    assert grown.analyzed
+    assert _stats()["sqlite_autoindex_hopper_job_1"].split()[0] == "660"
+
+
+def test_sqlite__an_index_found_empty_gets_the_row_of_an_empty_index(engine: BaseEngine) -> None:
+    """SQLite 3.40 writes no sqlite_stat1 row for an empty index (newer versions
+    write "0 ..."): upkeep writes that row, so the planner sees the same
+    statistics on every version and never takes the table for unanalyzed."""
+    _forget_statistics()  # rolled back with the test
+    _insert(engine, 60)
+    assert engine.jobs_maintain(JobsMaintainParams(analyze_min_rows=50)).analyzed
+
+    stats = _stats()
+    with connection.cursor() as c:
+        c.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'hopper_job'")
+        indexes = {row[0] for row in c.fetchall()}
+    assert set(stats) == indexes
+    assert stats["hopper_job_running"] == "0 0 0"  # (state='running'; attempted_by, id)
+    assert stats["hopper_job_claim"].split()[0] == "60"
+
+
+def _plan(name: str, **args: Any) -> list[str]:
+    params = {
+        "queue": "sq",
+        "limited": False,
+        "client_id": 1,
+        "now": db_time(dt.datetime.now(dt.UTC)),
+        "scan": 10,
+        "partition_limit": 0,
+        "free": 10,
+        "limit": 10,
+        **args,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + Q[name], params)
+        return [row[-1] for row in cursor.fetchall()]
+
+
+@pytest.mark.parametrize("rows", [0, 1_000, 1_000_000])
+def test_sqlite__the_claim_plan_holds_at_any_table_size(engine: BaseEngine, rows: int) -> None:
+    """With no statistics (0 rows), with those upkeep takes at 1,000 rows, and
+    with those ANALYZE takes at 10^6 (written to sqlite_stat1 as it wrote them),
+    the claim reads the queue's claim index and its promotion the queue's due
+    range; nothing scans the table."""
+    _forget_statistics()  # rolled back with the test
+    if rows == 1_000:
+        _insert(engine, 500, queue="other")
+        _insert(engine, 500, queue="sq", scheduled_at=dt.datetime.now(dt.UTC) + dt.timedelta(1))
+        assert engine.jobs_maintain(JobsMaintainParams()).analyzed
+    if rows == 1_000_000:
+        with connection.cursor() as c:
+            c.execute("ANALYZE hopper_queue")  # creates sqlite_stat1
+            c.execute("DELETE FROM sqlite_stat1 WHERE tbl = 'hopper_job'")
+            for idx, stat in STATS_AT_A_MILLION.items():
+                c.execute("INSERT INTO sqlite_stat1 VALUES ('hopper_job', %s, %s)", [idx, stat])
+            c.execute("ANALYZE sqlite_master")  # the planner reads them again
+
+    claim, promote = _plan("job_claim"), _plan("job_claim.promote")
+
+    assert "SEARCH hopper_job USING INDEX hopper_job_claim (queue=?)" in claim
+    assert promote == ["SEARCH hopper_job USING INDEX hopper_job_due (queue=? AND scheduled_at<?)"]
+    assert not any(line.startswith("SCAN hopper_job") for line in claim + promote)
+
+
+def _forget_statistics() -> None:
+    """Drop what committed ANALYZEs of earlier tests left (the file outlives them)."""
+    if _stats() or _stats("hopper_job_dependency") or _stats("hopper_batch_progress"):
+        with connection.cursor() as c:
+            c.execute("DELETE FROM sqlite_stat1")
+            c.execute("ANALYZE sqlite_master")
+
+
+def test_sqlite__upkeep_does_not_wait_for_a_writer(
+    tx_engine: BaseEngine, other_writer: sqlite3.Connection
+) -> None:
+    _forget_statistics()
+    _insert(tx_engine, 60)
+    params = JobsMaintainParams(analyze_min_rows=50)
+    before = _busy_timeout()
+    other_writer.execute("BEGIN IMMEDIATE")
+    try:
+        locked = tx_engine.jobs_maintain(params)
+        other_writer.execute("ROLLBACK")
+        assert _busy_timeout() == before
+        assert not locked.analyzed
+        assert locked.tables["hopper_job"].startswith("failed: database is locked")
+        assert "hopper_job" not in _stats()
+        assert tx_engine.jobs_maintain(params).analyzed  # the next pass
+    finally:
+        _forget_statistics()  # later tests plan without these statistics

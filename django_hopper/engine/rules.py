@@ -18,6 +18,7 @@ from django_hopper import migrations as hopper_migrations
 from django_hopper.engine.params import (
     JobFinalize,
     JobInsertParams,
+    JobsMaintainParams,
     SchemaState,
     WorkflowInsertParams,
 )
@@ -431,3 +432,47 @@ def schema_mismatch(state: SchemaState, code: int, alias: str) -> None:
             database=state.version,
             code=code,
         )
+
+
+# -- live-table upkeep ---------------------------------------------------------
+
+#: The hot tables upkeep keeps (the live job table first).
+HOT_TABLES = ("hopper_job", "hopper_job_dependency", "hopper_batch_progress")
+
+
+def stale_statistics(live: int, changed: int, estimate: int, params: JobsMaintainParams) -> bool:
+    """Whether a table's planner statistics are stale.
+
+    ``live`` is the table's rows now, ``estimate`` the rows its statistics
+    hold (-1: never analyzed), ``changed`` the rows changed since the last
+    analyze. Stale when enough rows changed, or when the estimate is off by
+    ``analyze_ratio`` either way (or was never taken) for a table of at
+    least ``analyze_min_rows``. An analyze brings ``estimate`` to ``live``
+    and ``changed`` to 0, so the rule does not ask for another until the
+    table changes that much again: an engine whose ANALYZE reads the whole
+    table pays for it once per ``analyze_ratio``-fold change, never per pass.
+    """
+    if changed >= params.analyze_changes:
+        return True
+    size = max(live, estimate)
+    if size < params.analyze_min_rows:
+        return False
+    return estimate < 0 or size / max(min(live, estimate), 1) >= params.analyze_ratio
+
+
+def upkeep_action(
+    dead: int, live: int, changed: int, estimate: int, params: JobsMaintainParams
+) -> str | None:
+    """Decide what a hot table needs: "vacuum", "analyze" or nothing.
+
+    Vacuum once enough dead tuples piled up (the claim walks past their index
+    entries). Analyze when its statistics are stale (``stale_statistics``) —
+    and then vacuum too if a table's worth of dead tuples is there:
+    statistics taken over a drained queue full of dead entries make the
+    planner leave the claim index for a scan over them.
+    """
+    if dead >= params.vacuum_dead_tuples:
+        return "vacuum"
+    if not stale_statistics(live, changed, estimate, params):
+        return None
+    return "vacuum" if dead >= params.analyze_min_rows else "analyze"

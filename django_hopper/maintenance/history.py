@@ -182,8 +182,9 @@ class HistoryIndexer(Service):
 
 
 class Vacuumer(Service):
-    """Vacuum and analyze the live tables between autovacuum runs when enough jobs
-    churned through them (PostgreSQL); it never waits for a lock."""
+    """Vacuum (PostgreSQL) and analyze the live tables when enough jobs churned
+    through them or their row estimate is off (SQLite: the estimate only); it
+    never waits for a lock."""
 
     name = "jobs_upkeep"
     interval = 30.0

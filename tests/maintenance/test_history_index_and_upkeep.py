@@ -12,9 +12,11 @@ from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import (
     HistoryIndexParams,
     HistoryMaintainParams,
+    JobInsertOpts,
+    JobInsertParams,
     JobsMaintainParams,
 )
-from django_hopper.engine.postgres.history import upkeep_action
+from django_hopper.engine.rules import upkeep_action
 from tests.maintenance.test_history_retention import drop_day_partitions
 
 DAY = dt.timedelta(days=1)
@@ -85,6 +87,47 @@ def test_jobs_maintain_vacuums_past_the_threshold_without_waiting(tx_engine: Bas
 def test_jobs_maintain_does_nothing_below_the_thresholds(engine: BaseEngine) -> None:
     result = engine.jobs_maintain(JobsMaintainParams())  # type: ignore[attr-defined]
     assert (result.vacuumed, result.analyzed) == (False, False)
+
+
+def _flush_table_statistics() -> None:
+    """Publish this session's row counts to pg_stat_user_tables now (PostgreSQL
+    publishes them at most once a second otherwise)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")  # a transaction ends: the counts are published
+
+
+@pytest.mark.django_db(transaction=True)
+def test_jobs_maintain_analyzes_once_the_estimate_is_off_and_then_not_again(
+    tx_engine: BaseEngine,
+) -> None:
+    """The rule is the same on both engines: a table that grew past
+    ``analyze_ratio`` times its estimate is analyzed once; right after, the
+    estimate holds and nothing is analyzed."""
+    e: Any = tx_engine
+    params = JobsMaintainParams(analyze_min_rows=40, analyze_changes=1_000_000)
+    _flush_table_statistics()
+    e.jobs_maintain(params)  # whatever earlier tests left: the estimate now holds
+    _flush_table_statistics()
+    settled = e.jobs_maintain(params)
+    assert not settled.analyzed
+    e.job_insert_many(
+        [JobInsertParams(kind="k", queue="upkeep") for _ in range(400)], JobInsertOpts()
+    )
+    _flush_table_statistics()
+
+    grown = e.jobs_maintain(params)
+    _flush_table_statistics()
+    again = e.jobs_maintain(params)
+
+    assert grown.analyzed and grown.tables["hopper_job"] == "analyzed"
+    assert not again.analyzed and "hopper_job" not in again.tables
+    if connection.vendor == "sqlite":  # the file outlives the test: later tests plan without
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM sqlite_stat1")
+            cursor.execute("ANALYZE sqlite_master")
 
 
 @pytest.mark.parametrize(

@@ -47,6 +47,7 @@ from django_hopper.engine.postgres.support import (
     PostgresSupport,
     _sqlstate,
 )
+from django_hopper.engine.rules import HOT_TABLES, upkeep_action
 from django_hopper.exceptions import DatabaseError
 from django_hopper.types import HistoryPartitionRow
 
@@ -56,8 +57,6 @@ PARTITION_PREFIX = "hopper_job_history_p"
 _PARTITION_NAME = re.compile(r"hopper_job_history_p(\d{8})")
 #: The default lock timeout of DDL on history and of upkeep.
 DEFAULT_LOCK_TIMEOUT = dt.timedelta(milliseconds=100)
-#: The hot tables upkeep keeps (the live job table first).
-HOT_TABLES = ("hopper_job", "hopper_job_dependency", "hopper_batch_progress")
 
 QUERY_CANCELED = "57014"
 DUPLICATE_TABLE = "42P07"
@@ -93,34 +92,6 @@ def index_name(partition: str, parent_index: str) -> str:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:10]
     return f"{name[:52]}_{digest}"
-
-
-def upkeep_action(
-    dead: int, live: int, changed: int, estimate: int, params: JobsMaintainParams
-) -> str | None:
-    """Decide what a hot table needs: "vacuum", "analyze" or nothing.
-
-    Vacuum once enough dead tuples piled up (the claim walks past their index
-    entries). Analyze when the planner's row estimate is off by
-    ``analyze_ratio`` either way for a table of some size (or was never
-    taken), or when enough rows changed since the last analyze — and then
-    vacuum too if a table's worth of dead tuples is there: statistics taken
-    over a drained queue full of dead entries make the planner leave the claim
-    index for a scan over them.
-    """
-    if dead >= params.vacuum_dead_tuples:
-        return "vacuum"
-    analyze = "vacuum" if dead >= params.analyze_min_rows else "analyze"
-    if changed >= params.analyze_changes:
-        return analyze
-    size = max(live, estimate)
-    if size >= params.analyze_min_rows:
-        if estimate < 0:
-            return analyze
-        low = max(min(live, estimate), 1)
-        if size / low >= params.analyze_ratio:
-            return analyze
-    return None
 
 
 def _ms(value: dt.timedelta, default: dt.timedelta) -> str:

@@ -20,6 +20,7 @@ from django_hopper.engine.params import (
     JobsMaintainParams,
     JobsMaintainResult,
 )
+from django_hopper.engine.rules import HOT_TABLES, stale_statistics
 from django_hopper.engine.sqlite.convert import db_time
 from django_hopper.engine.sqlite.periodic import SQLitePeriodicMixin
 from django_hopper.engine.sqlite.support import Q, SQLiteSupport, is_locked, translate_errors
@@ -111,19 +112,51 @@ class SQLiteHistoryMixin(SQLiteSupport):
 
     @translate_errors
     def _jobs_maintain(self, params: JobsMaintainParams | None = None) -> JobsMaintainResult:
-        """Let SQLite refresh stale statistics (``PRAGMA optimize``), never waiting long.
+        """Analyze each hot table whose statistics are stale, never waiting long.
 
-        SQLite reuses the pages of deleted rows, so the live table needs no
-        vacuum; it reports zero values either way, as engines without such
-        maintenance do. A writer holding the lock makes it skip.
+        The rule is ``rules.stale_statistics``, the one PostgreSQL follows, fed
+        what SQLite can tell cheaply: the rows a table held at its last
+        ANALYZE (``sqlite_stat1``) and its rows now (a count: a read, so in
+        WAL mode it never holds the write lock). SQLite keeps no count of the
+        rows changed since then and reuses the pages of deleted rows (nothing
+        to vacuum), so only the row estimate being off by ``analyze_ratio``
+        (or never taken) asks for an ANALYZE. Its cost follows the table, so
+        it is paid again only after the table grew or shrank by that factor:
+        never on every pass. Each index the ANALYZE found empty gets the
+        statistics row of an empty index, as newer SQLite writes itself, so
+        the plans do not depend on the SQLite version. A writer holding the
+        lock makes a table's ANALYZE fail at once ("failed: ..."), with
+        nothing written; the next pass tries again.
         """
+        params = params or JobsMaintainParams()
         result = JobsMaintainResult()
-        with self._cursor() as cursor, self._short_lock_wait(cursor, "jobs_maintain"):
-            try:
-                cursor.execute(Q["jobs_maintain"])
-            except Exception as exc:
-                if not is_locked(exc):
-                    raise
+        with self._cursor() as cursor:
+            cursor.execute(Q["jobs_maintain"])
+            analyzed_ever = bool(cursor.fetchone()[0])
+            for table in HOT_TABLES:
+                estimate = -1
+                if analyzed_ever:
+                    cursor.execute(Q["jobs_maintain.estimate"], {"table": table})
+                    estimate = int(cursor.fetchone()[0])
+                cursor.execute(Q["jobs_maintain.count"].format(table=table))
+                live = int(cursor.fetchone()[0])
+                if not stale_statistics(live, 0, estimate, params):
+                    continue
+                try:
+                    with (
+                        self._short_lock_wait(cursor, "jobs_maintain"),
+                        self._atomic(savepoint=True),
+                    ):
+                        cursor.execute(Q["jobs_maintain.analyze"].format(table=table))
+                        cursor.execute(Q["jobs_maintain.empty_indexes"], {"table": table})
+                        cursor.execute(Q["jobs_maintain.reload"])
+                except Exception as exc:
+                    if not is_locked(exc):
+                        raise
+                    result.tables[table] = f"failed: {exc}"
+                    continue
+                result.tables[table] = "analyzed"
+        result.analyzed = result.tables.get(HOT_TABLES[0]) == "analyzed"
         return result
 
 
