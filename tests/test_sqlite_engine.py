@@ -482,11 +482,13 @@ def test_sqlite__the_claim_plan_holds_at_any_table_size(engine: BaseEngine, rows
                 c.execute("INSERT INTO sqlite_stat1 VALUES ('hopper_job', %s, %s)", [idx, stat])
             c.execute("ANALYZE sqlite_master")  # the planner reads them again
 
-    claim, promote = _plan("job_claim"), _plan("job_claim.promote")
+    claim, keyless = _plan("job_claim"), _plan("job_claim.keyless")
+    promote = _plan("job_claim.promote")
 
-    assert "SEARCH hopper_job USING INDEX hopper_job_claim (queue=?)" in claim
+    for plan in (claim, keyless):
+        assert "SEARCH hopper_job USING INDEX hopper_job_claim (queue=?)" in plan
     assert promote == ["SEARCH hopper_job USING INDEX hopper_job_due (queue=? AND scheduled_at<?)"]
-    assert not any(line.startswith("SCAN hopper_job") for line in claim + promote)
+    assert not any(line.startswith("SCAN hopper_job") for line in claim + keyless + promote)
 
 
 def _forget_statistics() -> None:
