@@ -288,7 +288,11 @@ SET state = 'running',
                          AND {wake_marked}
                     THEN json_remove(metadata, '$._hopper_wake') ELSE metadata END
 WHERE id IN (SELECT id FROM picked)
-RETURNING {job_columns}, claimed_ahead_at;  -- the mark itself: read in Python
+-- The mark itself, read in Python, through `+` (as `read_time` does): the column,
+-- declared a datetime, would go through Django's driver-level converter for every job
+-- claimed ahead. (A flag, `claimed_ahead_at IS NOT NULL`, read true for every returned
+-- row on SQLite 3.40.)
+RETURNING {job_columns}, +claimed_ahead_at AS claimed_ahead_at;
 
 
 -- name: job_return_many
