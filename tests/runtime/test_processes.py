@@ -213,6 +213,17 @@ def test_burst_command_runs_everything_and_exits(tx_engine, processes):
     assert [get(tx_engine, j).output for j in added] == list(range(30))
 
 
+def test_two_burst_workers_on_one_database_finish_every_job_once(tx_engine, processes):
+    # On SQLite each process orders its own writers with its write lock; the two
+    # processes meet at SQLite's lock, through the busy timeout.
+    added = insert_many(tx_engine, jobs.add, [((i, 1), {}) for i in range(300)])
+    workers = [processes.start("--burst", "--queues", "default:5") for _ in range(2)]
+    assert [w.wait(120) for w in workers] == [0, 0], processes.logs()
+    rows = [get(tx_engine, j) for j in added]
+    assert [r.output for r in rows] == [i + 1 for i in range(300)]
+    assert {(r.state, r.attempt) for r in rows} == {("completed", 1)}
+
+
 def test_supervisor_runs_several_processes(tx_engine, processes):
     insert_many(tx_engine, jobs.rt_effect, [((), {"seconds": 0.2}) for _ in range(40)])
     proc = processes.start("--burst", "--processes", "2", "--queues", "default:4")

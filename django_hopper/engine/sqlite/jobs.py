@@ -358,31 +358,44 @@ class JobsMixin(SQLiteSupport):
 
     @translate_errors
     def _job_finalize_many(self, params: JobFinalizeParams) -> list[JobFinalized]:
-        """Apply a batch of results, each fenced to its claim, in one transaction."""
-        if params.skip_locked:
-            return self._finalize_many(params)
-        # Take the write lock first so that the time stamped on the results is
-        # read under it, in commit order with every other writer's.
-        with self._atomic():
-            return self._finalize_many(params)
+        """Apply a batch of results, each fenced to its claim, in one transaction.
 
-    def _finalize_many(self, params: JobFinalizeParams) -> list[JobFinalized]:
-        """Check and stamp the results, then apply them (see job_finalize_many)."""
-        now, now_s = self._now(params.now)
-        at = now.astimezone(dt.UTC).isoformat()
+        The batch is checked and encoded before the transaction, so the write
+        lock is held for the statements alone; only what carries the time (a
+        retry's or snooze's schedule, an error's ``at``) is stamped under it,
+        in commit order with every other writer's.
+        """
+        by_key, batch, timed = self._finalize_batch(params)
+        if params.skip_locked:
+            with self._hot_cursor() as c, self._short_lock_wait(c, "job_finalize_many"):
+                try:
+                    with self._atomic(savepoint=True):
+                        args, now_s = self._finalize_args(params, by_key, batch, timed)
+                        return self._finalize(c, args, by_key, params, now_s)
+                except (OperationalError, sqlite3.OperationalError) as exc:
+                    if is_locked(exc):
+                        return []
+                    raise
+        with self._atomic(), self._hot_cursor() as c:
+            args, now_s = self._finalize_args(params, by_key, batch, timed)
+            return self._finalize(c, args, by_key, params, now_s)
+
+    def _finalize_batch(
+        self, params: JobFinalizeParams
+    ) -> tuple[dict[tuple[str, int], Any], list[list[Any]] | str, list[int]]:
+        """Check and encode the results: return them by (id, fence), the batch
+        parameter (JSON text when nothing in it carries the time, else the rows)
+        and the indexes of the rows that carry it (see job_finalize_many)."""
         batch: list[list[Any]] = []
+        timed: list[int] = []
         by_key: dict[tuple[str, int], Any] = {}
         for f in params.jobs:
             key = (f.id.hex, f.fence)
             if key in by_key:
                 continue  # of two results of one claim, at most one applies
             by_key[key] = f
-            error = None
-            if f.error is not None:
-                e = f.error.to_json()
-                e["at"] = at
-                error = json.dumps(e)
-            sched = db_time(now + f.delay) if f.state in _STAY_LIVE else None
+            if f.error is not None or f.state in _STAY_LIVE:
+                timed.append(len(batch))
             batch.append(
                 [
                     key[0],
@@ -390,28 +403,39 @@ class JobsMixin(SQLiteSupport):
                     f.attempted_by,
                     f.lease_token.hex if f.lease_token else None,
                     f.state,
-                    sched,
+                    None,  # the schedule of a result that waits again: stamped under the lock
                     1 if f.snooze else 0,
                     f.snooze_reason,
-                    error,
+                    None,  # the error, with its time: stamped under the lock
                     dumps(f.output, "output") if f.output is not None else None,
                     1 if f.archive else 0,
                 ]
             )
-        args = {"results": json.dumps(batch), "now": now_s}
-        if params.skip_locked:
-            with self._hot_cursor() as c, self._short_lock_wait(c, "job_finalize_many"):
-                try:
-                    with self._atomic(savepoint=True):
-                        applied = self._finalize(c, args, by_key, params, now_s)
-                except (OperationalError, sqlite3.OperationalError) as exc:
-                    if is_locked(exc):
-                        return []
-                    raise
-        else:
-            with self._atomic(), self._hot_cursor() as c:
-                applied = self._finalize(c, args, by_key, params, now_s)
-        return applied
+        return by_key, (batch if timed else json.dumps(batch)), timed
+
+    def _finalize_args(
+        self,
+        params: JobFinalizeParams,
+        by_key: dict[tuple[str, int], Any],
+        batch: list[list[Any]] | str,
+        timed: list[int],
+    ) -> tuple[dict[str, Any], str]:
+        """Read the time (under the write lock) and stamp it on the rows that carry
+        it; return the statements' parameters and the time's stored text."""
+        now, now_s = self._now(params.now)
+        if isinstance(batch, str):
+            return {"results": batch, "now": now_s}, now_s
+        at = now.astimezone(dt.UTC).isoformat()
+        for i in timed:
+            row = batch[i]
+            f = by_key[(row[0], row[1])]
+            if f.state in _STAY_LIVE:
+                row[5] = db_time(now + f.delay)
+            if f.error is not None:
+                e = f.error.to_json()
+                e["at"] = at
+                row[8] = json.dumps(e)
+        return {"results": json.dumps(batch), "now": now_s}, now_s
 
     def _finalize(
         self,
