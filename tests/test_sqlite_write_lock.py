@@ -33,6 +33,11 @@ pytestmark = pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite en
 GUARD = 30.0
 
 
+#: Two jobs: a batch, which the engine inserts in a transaction of its own (one
+#: job alone is a single statement in autocommit, no transaction to order).
+TWO_JOBS = [JobInsertParams(kind="k", queue="wl"), JobInsertParams(kind="k", queue="wl")]
+
+
 def _lock() -> WriteLock:
     return write_lock(connection.settings_dict["NAME"])
 
@@ -164,7 +169,7 @@ def test_sqlite__a_transaction_that_raises_gives_the_write_lock_back(
 
     assert not _lock().locked()
     assert not connection.in_atomic_block
-    tx_engine.job_insert_many([JobInsertParams(kind="k", queue="wl")])  # the next one gets it
+    tx_engine.job_insert_many(TWO_JOBS)  # the next one gets it
 
 
 def test_sqlite__a_begin_that_times_out_gives_the_write_lock_back(
@@ -175,12 +180,12 @@ def test_sqlite__a_begin_that_times_out_gives_the_write_lock_back(
     other_writer.execute("BEGIN IMMEDIATE")
 
     with pytest.raises(DatabaseUnavailable):
-        tx_engine.job_insert_many([JobInsertParams(kind="k", queue="wl")])
+        tx_engine.job_insert_many(TWO_JOBS)
 
     assert not _lock().locked()
     other_writer.execute("ROLLBACK")
-    (result,) = tx_engine.job_insert_many([JobInsertParams(kind="k", queue="wl")])
-    assert not result.duplicate
+    results = tx_engine.job_insert_many(TWO_JOBS)
+    assert [r.duplicate for r in results] == [False, False]
 
 
 def test_sqlite__a_call_inside_the_callers_transaction_takes_no_write_lock(
@@ -190,7 +195,7 @@ def test_sqlite__a_call_inside_the_callers_transaction_takes_no_write_lock(
     # wait for the process's lock too, this thread (which holds it) would never return.
     def insert_in_atomic() -> int:
         with transaction.atomic():
-            return len(tx_engine.job_insert_many([JobInsertParams(kind="k", queue="wl")]))
+            return len(tx_engine.job_insert_many(TWO_JOBS))
 
     lock = _lock()
     lock.acquire()
@@ -200,7 +205,7 @@ def test_sqlite__a_call_inside_the_callers_transaction_takes_no_write_lock(
     finally:
         lock.release()
 
-    assert out == [1]
+    assert out == [2]
 
 
 def test_sqlite__threads_queue_behind_one_that_waits_for_another_process(
