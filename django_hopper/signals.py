@@ -34,12 +34,15 @@ from django.dispatch import Signal
 
 logger = logging.getLogger("django_hopper")
 
-#: Signal -> (its receiver list entry's lookup key, the receiver) of a receiver
-#: connected with :func:`connect_direct`.
-_direct: dict[Signal, tuple[Any, Callable[..., Any]]] = {}
+#: Signal -> (its receiver list entry's lookup key, the receiver, whether it
+#: takes the signal's arguments positionally) of a receiver connected with
+#: :func:`connect_direct`.
+_direct: dict[Signal, tuple[Any, Callable[..., Any], bool]] = {}
 
 
-def connect_direct(signal: Signal, receiver: Callable[..., Any], dispatch_uid: str) -> None:
+def connect_direct(
+    signal: Signal, receiver: Callable[..., Any], dispatch_uid: str, *, positional: bool = False
+) -> None:
     """Connect ``receiver`` for every sender; call it directly while it listens alone.
 
     While it is the signal's only receiver, :func:`send_logged` calls it
@@ -48,10 +51,14 @@ def connect_direct(signal: Signal, receiver: Callable[..., Any], dispatch_uid: s
     than a cheap receiver itself. Any other receiver connected restores the
     ordinary dispatch for every receiver. An exception is logged, as from
     ``send_robust``.
+
+    ``positional``: the receiver also takes ``(sender, *arguments)`` in the
+    order :func:`send_positional` sends them, so a per-attempt signal reaches
+    it without building keyword dictionaries.
     """
     signal.connect(receiver, dispatch_uid=dispatch_uid, weak=False)
     key = next(entry[0] for entry in signal.receivers if entry[0][0] == dispatch_uid)
-    _direct[signal] = (key, receiver)
+    _direct[signal] = (key, receiver, positional)
 
 
 def disconnect_direct(signal: Signal, dispatch_uid: str) -> None:
@@ -83,6 +90,27 @@ def send_logged(signal: Signal, sender: Any = None, **kwargs: Any) -> None:
     for receiver, outcome in signal.send_robust(sender=sender, **kwargs):
         if isinstance(outcome, Exception):
             logger.error("a signal receiver %r failed: %s", receiver, outcome)
+
+
+def send_positional(signal: Signal, sender: Any, *args: Any) -> None:
+    """Send a per-attempt signal as :func:`send_logged` does, its arguments in order.
+
+    ``job_started``: ``job``; ``job_finished``: ``job, state, error, output``.
+    A direct receiver that takes them positionally (:func:`connect_direct`)
+    is called with ``(sender, *args)``; any other receiver gets them by name.
+    """
+    receivers = signal.receivers
+    if not receivers:
+        return
+    if len(receivers) == 1:
+        direct = _direct.get(signal)
+        if direct is not None and direct[2] and receivers[0][0] == direct[0]:
+            try:
+                direct[1](sender, *args)
+            except Exception as exc:
+                logger.error("a signal receiver %r failed: %s", direct[1], exc)
+            return
+    send_logged(signal, sender, **dict(zip(_POSITIONAL[signal], args, strict=True)))
 
 
 def enqueuing(sender: Any, params: list[Any]) -> list[Any]:
@@ -182,3 +210,10 @@ worker_started = Signal()
 #: * ``sender``: None.
 #: * ``worker``: the :class:`~django_hopper.worker.Worker`.
 worker_stopped = Signal()
+
+
+#: The arguments :func:`send_positional` sends, in order, by signal.
+_POSITIONAL: dict[Signal, tuple[str, ...]] = {
+    job_started: ("job",),
+    job_finished: ("job", "state", "error", "output"),
+}

@@ -76,8 +76,11 @@ class Sink:
 
 _lock = threading.Lock()
 _sinks: list[Sink] = []
-#: Attempt start times (perf_counter) by (job ID, fence), for durations.
-_starts: dict[tuple[Any, int], float] = {}
+#: Attempt start times (perf_counter) by the identity of the attempt's job
+#: object (the worker sends both signals of an attempt with the same one), with
+#: that object: an int key hashes in C, where a job ID's hash is a Python call,
+#: and the entry keeps its object, so no other object takes its identity.
+_starts: dict[int, tuple[Any, float]] = {}
 
 
 def sinks() -> list[Sink]:
@@ -125,7 +128,7 @@ def _on_enqueued(
 
 def _on_started(sender: Any, job: JobRow, **kwargs: Any) -> None:
     # Per attempt, in the job's thread: no result list, no lookups.
-    _starts[(job.id, job.fence)] = time.perf_counter()
+    _starts[id(job)] = (job, time.perf_counter())
     for handler in _handlers.get("started", ()):
         try:
             handler(job)
@@ -138,10 +141,11 @@ def _on_finished(
     job: JobRow,
     state: str,
     error: BaseException | str | None = None,
+    output: Any = None,
     **kwargs: Any,
 ) -> None:
-    start = _starts.pop((job.id, job.fence), None)
-    duration = None if start is None else time.perf_counter() - start
+    start = _starts.pop(id(job), None)
+    duration = None if start is None else time.perf_counter() - start[1]
     for handler in _handlers.get("finished", ()):
         try:
             handler(job, state, error, duration)
@@ -187,7 +191,9 @@ def _rewire() -> None:
     for event, (signal, receiver) in _RECEIVERS.items():
         uid = f"django_hopper.observability.{event}"
         if event in wanted:
-            signals.connect_direct(signal, receiver, uid)
+            # The per-attempt receivers take the worker's arguments in order too.
+            positional = event in ("started", "finished")
+            signals.connect_direct(signal, receiver, uid, positional=positional)
         else:
             signals.disconnect_direct(signal, uid)
     if "started" not in wanted:

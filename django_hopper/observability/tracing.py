@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextvars
 import datetime as dt
+import random
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,10 @@ try:
 
     #: The parent of a trace's first span: an empty context.
     _ROOT = otel_context.Context()
+    #: The flags of a span that is not sampled: none, or with W3C's
+    #: random-trace-ID flag when the trace ID is random (as the SDK sets them).
+    _DEFAULT_FLAGS = TraceFlags(TraceFlags.DEFAULT)
+    _RANDOM_FLAGS = TraceFlags(TraceFlags.DEFAULT | getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
 except ImportError:  # pragma: no cover - the extra is not installed
     trace = None  # type: ignore[assignment]
 
@@ -62,6 +67,8 @@ if TYPE_CHECKING:
 #: The metadata key the enqueue span's context is stored under.
 METADATA_KEY = "otel"
 SYSTEM = "django_hopper"
+#: ``TraceIdRatioBased`` decides by the trace ID's low 64 bits.
+_TRACE_ID_LIMIT = (1 << 64) - 1
 
 
 def available() -> bool:
@@ -111,6 +118,183 @@ def _stored_parent(carrier: dict[str, Any]) -> Any:
     return context if context.is_valid else None
 
 
+#: The SDK's default ID generator class (set when a decider is first built).
+_RandomIdGenerator: Any = None
+
+#: Per thread, a trace ID drawn by hopper for a root span the SDK is about to
+#: start (its sampler decided to record it): see :class:`_PrimedIds`.
+_primed = threading.local()
+
+
+class _PrimedIds:
+    """An ID generator that hands out a trace ID hopper drew before the SDK starts a root.
+
+    Hopper draws a root's trace ID from the provider's generator to decide the
+    sampling itself; when the span is to be recorded, the SDK must make it
+    with that same ID (the decision depends on it), so the drawn ID is left
+    here for the SDK's next ``generate_trace_id`` in the same thread. Every
+    other call goes to the provider's generator: the random draws are the
+    SDK's own, in the same order.
+    """
+
+    def __init__(self, generator: Any) -> None:
+        self.generator = generator
+
+    def generate_trace_id(self) -> int:
+        drawn = _primed.__dict__.pop("trace_id", None)
+        return self.generator.generate_trace_id() if drawn is None else drawn
+
+    def generate_span_id(self) -> int:
+        return self.generator.generate_span_id()
+
+    def is_trace_id_random(self) -> bool:
+        return bool(self.generator.is_trace_id_random())
+
+
+def _drop_rule(sampler: Any) -> Any:
+    """Return how ``sampler`` decides, when hopper can reproduce it exactly, else None.
+
+    ``True``/``False``: it always drops / never drops (the SDK's static
+    samplers, ``ALWAYS_OFF`` and ``ALWAYS_ON``); an int: ``TraceIdRatioBased``'s
+    bound (it drops a trace whose low 64 bits are not below it). Any other
+    sampler, a subclass that overrides the decision included, is not
+    reproduced.
+    """
+    from opentelemetry.sdk.trace import sampling  # noqa: PLC0415 - optional: the SDK may be absent
+
+    kind = type(sampler)
+    if kind.should_sample is sampling.StaticSampler.should_sample:
+        decision = sampler.should_sample(None, 1, "probe").decision  # ignores its arguments
+        return not decision.is_recording()
+    if kind is sampling.TraceIdRatioBased and kind.TRACE_ID_LIMIT == _TRACE_ID_LIMIT:
+        return int(sampler.bound)
+    return None
+
+
+class _Decider:
+    """Take the SDK's sampling decision before the SDK, and make a dropped span without it.
+
+    Built for an SDK ``TracerProvider`` whose sampler is ``ParentBased``,
+    ``TraceIdRatioBased`` or a static sampler (``ALWAYS_OFF``, ``ALWAYS_ON``),
+    over the SDK's own classes (``ParentBased``'s delegates likewise), with
+    the SDK's internal span metrics off (they count dropped spans too). For
+    a span the sampler drops, :meth:`dropped` returns the non-recording span
+    the SDK would return (same trace ID, a span ID from the provider's
+    generator, the same flags and trace state), without the SDK's span
+    machinery; for one it records, None (the caller asks the SDK, which
+    decides the same). :func:`_decider` returns None for anything else, and
+    hopper asks the SDK every time.
+    """
+
+    def __init__(
+        self, tracer: Any, ids: Any, root: Any, parents: tuple[Any, Any, Any, Any]
+    ) -> None:
+        self.tracer = tracer
+        #: The provider's ID generator (not the tracer's priming wrapper: a
+        #: dropped span's IDs are drawn from it directly).
+        self.ids = ids
+        #: The SDK's default generator is drawn from inline, as it draws.
+        self.random_ids = type(ids) is _RandomIdGenerator
+        #: The rule of a root span, then of a span whose parent is (remote,
+        #: sampled), (remote, unsampled), (local, sampled), (local, unsampled).
+        self.root = root
+        self.parents = parents
+
+    def dropped(self, parent: Any) -> Any:
+        """Return the span the SDK would drop under ``parent`` (a span context or None), else None.
+
+        A root whose sampler records it leaves its trace ID drawn for the
+        SDK's next start in this thread (:class:`_PrimedIds`).
+        """
+        if not self.tracer._is_enabled():  # a tracer configurator turned it off: the SDK's own span
+            return None
+        random_ids = self.random_ids
+        if parent is None or not parent.is_valid:
+            if random_ids:  # RandomIdGenerator.generate_trace_id
+                trace_id = random.getrandbits(128)
+                while not trace_id:
+                    trace_id = random.getrandbits(128)
+            else:
+                trace_id = self.ids.generate_trace_id()
+            rule = self.root
+            drops = rule if rule.__class__ is bool else trace_id & _TRACE_ID_LIMIT >= rule
+            if not drops:
+                _primed.trace_id = trace_id
+                return None
+            flags = _RANDOM_FLAGS if random_ids or self.ids.is_trace_id_random() else _DEFAULT_FLAGS
+            state = None
+        else:
+            trace_id = parent.trace_id
+            flags_in = parent.trace_flags
+            rule = self.parents[(0 if parent.is_remote else 2) + (0 if flags_in.sampled else 1)]
+            drops = rule if rule.__class__ is bool else trace_id & _TRACE_ID_LIMIT >= rule
+            if not drops:
+                return None
+            flags = _RANDOM_FLAGS if flags_in.random_trace_id else _DEFAULT_FLAGS
+            state = parent.trace_state
+        if random_ids:  # RandomIdGenerator.generate_span_id
+            span_id = random.getrandbits(64)
+            while not span_id:
+                span_id = random.getrandbits(64)
+        else:
+            span_id = self.ids.generate_span_id()
+        return NonRecordingSpan(
+            SpanContext(
+                trace_id,
+                span_id,
+                is_remote=False,
+                trace_flags=flags,
+                trace_state=state,
+            )
+        )
+
+
+def _decider(provider: Any) -> _Decider | None:
+    """Return a :class:`_Decider` for ``provider``, or None when its decision is not reproduced."""
+    try:
+        from opentelemetry.sdk import trace as sdk_trace  # noqa: PLC0415 - optional: the SDK may be absent
+        from opentelemetry.sdk.trace import _tracer_metrics, sampling  # noqa: PLC0415
+    except ImportError:
+        return None
+    global _RandomIdGenerator
+    _RandomIdGenerator = sdk_trace.RandomIdGenerator
+    if not isinstance(provider, sdk_trace.TracerProvider):
+        return None
+    if not hasattr(TraceFlags, "RANDOM_TRACE_ID"):  # an API older than the SDK's flags
+        return None
+    tracer = provider.get_tracer("django_hopper", __version__)
+    if type(tracer) is not sdk_trace.Tracer:
+        return None  # disabled (the API's no-op tracer), or a tracer of the provider's own
+    if not isinstance(getattr(tracer, "_tracer_metrics", None), _tracer_metrics.NoOpTracerMetrics):
+        return None  # the SDK counts started spans, dropped ones included
+    if not callable(getattr(tracer, "_is_enabled", None)):
+        return None
+    sampler: Any = tracer.sampler
+    if type(sampler).should_sample is sampling.ParentBased.should_sample:
+        root = _drop_rule(sampler._root)
+        parents = tuple(
+            _drop_rule(s)
+            for s in (
+                sampler._remote_parent_sampled,
+                sampler._remote_parent_not_sampled,
+                sampler._local_parent_sampled,
+                sampler._local_parent_not_sampled,
+            )
+        )
+    else:
+        root = _drop_rule(sampler)
+        parents = (root, root, root, root)
+    if root is None or None in parents:
+        return None
+    primed: Any = tracer.id_generator
+    if not isinstance(primed, _PrimedIds):
+        # The tracer is the provider's, kept per instrumentation scope: only
+        # hopper starts spans with it, and the wrapper is transparent to them.
+        primed = _PrimedIds(primed)
+        tracer.id_generator = primed
+    return _Decider(tracer, primed.generator, root, parents)  # type: ignore[arg-type]
+
+
 def _ns(at: dt.datetime | None, ceiling: int) -> int:
     if at is None:
         return ceiling
@@ -131,6 +315,8 @@ class TracingSink(Sink):
         #: (the provider asked, whether its sampler drops every child of an
         #: unsampled remote parent): asked once per provider.
         self._drops: tuple[Any, bool] = (None, False)
+        #: (the provider asked, its :class:`_Decider` or None): built once per provider.
+        self._deciders: tuple[Any, _Decider | None] = (None, None)
         #: Enqueue spans opened by ``enqueuing``, closed by ``enqueued``.
         self._enqueues: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
             f"hopper_enqueue_spans_{id(self)}", default=()
@@ -154,22 +340,29 @@ class TracingSink(Sink):
         if not params:
             self._enqueues.set(())
             return None
-        queues = {p.queue for p in params}
-        kinds = {p.kind for p in params}
-        queue = next(iter(queues)) if len(queues) == 1 else "(several)"
-        kind = next(iter(kinds)) if len(kinds) == 1 else "(several)"
-        attributes: dict[str, Any] = {
-            "messaging.system": SYSTEM,
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "enqueue",
-            "messaging.destination.name": queue,
-            "hopper.job.kind": kind,
-        }
-        if len(params) > 1:
-            attributes["messaging.batch.message_count"] = len(params)
-        span = self.tracer.start_span(
-            f"enqueue {kind}", kind=SpanKind.PRODUCER, attributes=attributes
-        )
+        decider = self._decider()
+        # A span the sampler drops is made without the SDK, before any of
+        # its name and attributes are built (no sampler here decides by them).
+        current = trace.get_current_span().get_span_context()
+        span = None if decider is None else decider.dropped(current)
+        if span is None:  # the SDK's decision (the same one), its span
+            queues = {p.queue for p in params}
+            kinds = {p.kind for p in params}
+            queue = next(iter(queues)) if len(queues) == 1 else "(several)"
+            kind = next(iter(kinds)) if len(kinds) == 1 else "(several)"
+            attributes: dict[str, Any] = {
+                "messaging.system": SYSTEM,
+                "messaging.operation.type": "send",
+                "messaging.operation.name": "enqueue",
+                "messaging.destination.name": queue,
+                "hopper.job.kind": kind,
+            }
+            if len(params) > 1:
+                attributes["messaging.batch.message_count"] = len(params)
+            tracer = self.tracer if decider is None else decider.tracer
+            span = tracer.start_span(
+                f"enqueue {kind}", kind=SpanKind.PRODUCER, attributes=attributes
+            )
         if not span.get_span_context().is_valid:  # the API's no-op tracer: no SDK
             self._enqueues.set(())
             return None
@@ -202,6 +395,7 @@ class TracingSink(Sink):
         """Open the attempt's span (from its claim), current in the attempt's thread."""
         metadata = job.metadata
         carrier = metadata.get(METADATA_KEY) if metadata and isinstance(metadata, dict) else None
+        parent_span = None
         if carrier is None:
             # A job enqueued without a trace starts one (an explicit empty parent:
             # never whatever an earlier attempt left current in this thread).
@@ -216,14 +410,26 @@ class TracingSink(Sink):
                     otel_context.attach(remote)
                     self._thread.unsampled = job
                     return
-                parent = remote
+                parent, parent_span = remote, stored
             elif isinstance(carrier, dict):  # another propagator's fields, a tracestate, baggage
                 parent = propagate.extract(carrier)
+                parent_span = trace.get_current_span(parent).get_span_context()
             else:
                 parent = _ROOT
+        decider = self._decider()
+        tracer = self.tracer
+        if decider is not None:
+            dropped = decider.dropped(parent_span)
+            if dropped is not None:
+                # The sampler drops the attempt, decided as the SDK decides:
+                # its non-recording span is current, no span object of the SDK.
+                otel_context.attach(trace.set_span_in_context(dropped, parent))
+                self._thread.unsampled = job
+                return
+            tracer = decider.tracer  # the one that starts a root with the ID drawn to decide
         name, attributes = self._described(job.queue, job.kind, job.attempt)
         now = time.time_ns()
-        span = self.tracer.start_span(
+        span = tracer.start_span(
             name,
             context=parent,
             kind=SpanKind.CONSUMER,
@@ -273,6 +479,15 @@ class TracingSink(Sink):
                 },
             )
         return described
+
+    def _decider(self) -> _Decider | None:
+        """Return the provider's :class:`_Decider`, or None: built once per provider."""
+        provider = self._provider or trace.get_tracer_provider()
+        asked, decider = self._deciders
+        if asked is not provider:
+            decider = _decider(provider)
+            self._deciders = (provider, decider)
+        return decider
 
     def _drops_unsampled(self) -> bool:
         """Return whether the provider's sampler drops every child of an unsampled remote parent.

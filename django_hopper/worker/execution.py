@@ -530,13 +530,13 @@ class Executor:
         state = result.state if result is not None else ex.settled_state
         if ex.return_and_settle():
             if signals.job_finished.receivers:
-                signals.send_logged(
+                signals.send_positional(
                     signals.job_finished,
                     ex.fn,
-                    job=ex.job,
-                    state=state,
-                    error=ex.exception,
-                    output=result.output if result and result.state == JobState.COMPLETED else None,
+                    ex.job,
+                    state,
+                    ex.exception,
+                    result.output if result and result.state == JobState.COMPLETED else None,
                 )
             decided = None if result is None else fenced_to_claim(ex.context, result)
         else:
@@ -562,7 +562,7 @@ class Executor:
         args, kwargs = _call_args(job)
         try:
             if signals.job_started.receivers:
-                signals.send_logged(signals.job_started, ex.fn, job=job)
+                signals.send_positional(signals.job_started, ex.fn, job)
             if ex.fn.takes_context:
                 output = ex.fn.func(ctx, *args, **kwargs)
             else:

@@ -67,3 +67,64 @@ def test_send_logged__a_receiver_connected_with_the_same_uid_by_hand_is_dispatch
     signal.connect(lambda **kwargs: calls.append("plain"), dispatch_uid="test.plain", weak=False)
     signals.send_logged(signal, None)
     assert calls == ["plain"]
+
+
+@pytest.fixture
+def attempt_signal(signal: Signal, monkeypatch: pytest.MonkeyPatch) -> Signal:
+    """A signal sent positionally with ``job_finished``'s arguments."""
+    monkeypatch.setitem(signals._POSITIONAL, signal, ("job", "state", "error", "output"))
+    return signal
+
+
+def test_send_positional__calls_a_positional_direct_receiver_with_the_arguments_in_order(
+    attempt_signal: Signal,
+):
+    calls: list[Any] = []
+    signals.connect_direct(
+        attempt_signal, lambda *a, **kw: calls.append((a, kw)), "test.direct", positional=True
+    )
+    try:
+        signals.send_positional(attempt_signal, "fn", "job", "completed", None, 3)
+    finally:
+        signals.disconnect_direct(attempt_signal, "test.direct")
+    assert calls == [(("fn", "job", "completed", None, 3), {})]
+
+
+def test_send_positional__names_the_arguments_for_a_receiver_not_taking_them_in_order(
+    attempt_signal: Signal,
+):
+    calls: list[Any] = []
+    signals.connect_direct(attempt_signal, lambda **kw: calls.append(kw), "test.direct")
+    try:
+        signals.send_positional(attempt_signal, "fn", "job", "retryable", "boom", None)
+    finally:
+        signals.disconnect_direct(attempt_signal, "test.direct")
+    named = {"job": "job", "state": "retryable", "error": "boom", "output": None}
+    assert calls == [{"signal": attempt_signal, "sender": "fn", **named}]
+
+
+def test_send_positional__names_the_arguments_for_every_receiver_once_another_connects(
+    attempt_signal: Signal,
+):
+    calls: list[Any] = []
+
+    def other(sender: Any, **kwargs: Any) -> None:
+        calls.append(("other", sender, kwargs))
+
+    signals.connect_direct(
+        attempt_signal,
+        lambda *a, **kw: calls.append(("direct", a, kw)),
+        "test.direct",
+        positional=True,
+    )
+    attempt_signal.connect(other, weak=False)
+    try:
+        signals.send_positional(attempt_signal, "fn", "job", "retryable", "boom", None)
+    finally:
+        attempt_signal.disconnect(other)
+        signals.disconnect_direct(attempt_signal, "test.direct")
+    named = {"job": "job", "state": "retryable", "error": "boom", "output": None}
+    assert calls == [
+        ("direct", (), {"signal": attempt_signal, "sender": "fn", **named}),
+        ("other", "fn", {"signal": attempt_signal, **named}),
+    ]
