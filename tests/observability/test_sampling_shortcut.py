@@ -78,6 +78,14 @@ PARENTS["remote unsampled with a trace state"] = SpanContext(
 )
 
 
+@pytest.fixture(autouse=True)
+def _random_state() -> Any:
+    """The tests seed the global random generator (the SDK's IDs): leave it as it was."""
+    state = random.getstate()
+    yield
+    random.setstate(state)
+
+
 def _context(parent: Any) -> Any:
     if parent is None:
         return otel_context.Context()
