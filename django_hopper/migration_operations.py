@@ -263,3 +263,115 @@ class AddHistoryIndex(migrations.AddIndex):
         sql = str(self.index.create_sql(model, schema_editor))
         table = schema_editor.quote_name(model._meta.db_table)
         schema_editor.execute(sql.replace(f" ON {table} ", f" ON ONLY {table} ", 1))
+
+
+class IndexSQL(migrations.operations.base.Operation):
+    """Create (``drop=False``) or drop (``drop=True``) one index written as SQL,
+    where the engine has ``feature``; the reverse does the opposite.
+
+    For indexes Django's model state cannot express on every engine (GIN on
+    jsonb), so they change no model state. ``definition`` is the tail after
+    ``ON <table>``, e.g. ``USING gin (tags) WHERE tags <> '[]'::jsonb``.
+
+    On a live table where writers run concurrently, the create is
+    ``CREATE INDEX CONCURRENTLY`` and the drop ``DROP INDEX CONCURRENTLY``
+    (the migration says ``atomic = False``); the create is re-runnable like
+    :class:`AddIndexConcurrently`: a valid index of that name is kept (an
+    earlier run built it and stopped before recording the migration), an
+    invalid one is dropped concurrently and built again. On partitioned
+    history (``history=True`` where the engine partitions it) the create
+    declares the index on the parent only (``ON ONLY``: a catalog change; the
+    leader's ``HistoryIndexer`` builds each partition's concurrently), and the
+    drop is a plain ``DROP INDEX`` (a partitioned index cannot be dropped
+    concurrently): a catalog change under a brief ACCESS EXCLUSIVE lock on
+    history.
+    """
+
+    reversible = True
+    reduces_to_sql = False
+
+    def __init__(
+        self,
+        feature: str,
+        name: str,
+        table: str,
+        definition: str,
+        *,
+        drop: bool = False,
+        history: bool = False,
+    ) -> None:
+        self.feature = feature
+        self.name = name
+        self.table = table
+        self.definition = definition
+        self.drop = drop
+        self.history = history
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        kwargs: dict[str, Any] = {
+            "feature": self.feature,
+            "name": self.name,
+            "table": self.table,
+            "definition": self.definition,
+        }
+        if self.drop:
+            kwargs["drop"] = True
+        if self.history:
+            kwargs["history"] = True
+        return self.__class__.__name__, [], kwargs
+
+    def state_forwards(self, app_label: str, state: Any) -> None:
+        """Change no model state: the index is SQL only."""
+
+    def _create(self, schema_editor: Any, features: Any) -> None:
+        qn = schema_editor.quote_name
+        if self.history and features.supports_history_partitions:
+            schema_editor.execute(
+                f"CREATE INDEX IF NOT EXISTS {qn(self.name)} "
+                f"ON ONLY {qn(self.table)} {self.definition}"
+            )
+            return
+        if features.single_writer:
+            schema_editor.execute(
+                f"CREATE INDEX IF NOT EXISTS {qn(self.name)} ON {qn(self.table)} {self.definition}"
+            )
+            return
+        left = get_engine(schema_editor.connection.alias).index_valid(self.name)
+        if left is True:
+            return
+        if left is False:
+            schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(self.name)}")
+        schema_editor.execute(
+            f"CREATE INDEX CONCURRENTLY {qn(self.name)} ON {qn(self.table)} {self.definition}"
+        )
+
+    def _drop(self, schema_editor: Any, features: Any) -> None:
+        qn = schema_editor.quote_name
+        partitioned = self.history and features.supports_history_partitions
+        if partitioned or features.single_writer:
+            schema_editor.execute(f"DROP INDEX IF EXISTS {qn(self.name)}")
+        else:
+            schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(self.name)}")
+
+    def _apply(self, schema_editor: Any, create: bool) -> None:
+        features = _features(schema_editor)
+        if not (features and getattr(features, self.feature)):
+            return
+        if create:
+            self._create(schema_editor, features)
+        else:
+            self._drop(schema_editor, features)
+
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        self._apply(schema_editor, create=not self.drop)
+
+    def database_backwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        self._apply(schema_editor, create=self.drop)
+
+    def describe(self) -> str:
+        verb = "Drop" if self.drop else "Create"
+        return f"{verb} index {self.name} on {self.table} (where {self.feature})"

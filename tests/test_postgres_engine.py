@@ -23,6 +23,7 @@ from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import (
     JobInsertOpts,
     JobInsertParams,
+    JobListParams,
     JobRecordProgressParams,
     JobRetryParams,
 )
@@ -162,6 +163,51 @@ def test_claim__plan_uses_the_partial_indexes(
     assert "Seq Scan on hopper_job" not in plan
     if name == "job_claim.keyless":
         assert "hopper_job_keyed" in plan  # the probe for keyed candidates
+
+
+@pytest.mark.parametrize(("tags_any", "tags_all"), [(["rare"], None), (None, ["rare", "x"])])
+def test_list__tag_filter_plan_uses_the_partial_tags_index(
+    engine: BaseEngine, db_now: dt.datetime, tags_any: Any, tags_all: Any
+) -> None:
+    """hopper_job_tags holds tagged jobs only (untagged ones cost a claim and a
+    finalize no GIN write); a tag filter repeats its predicate, so it is used."""
+    engine.job_insert_copy(
+        [JobInsertParams(kind="tests.plan") for _ in range(5000)]
+        + [JobInsertParams(kind="tests.plan", tags=("common",)) for _ in range(500)]
+        + [JobInsertParams(kind="tests.plan", tags=("rare", "x")) for _ in range(3)],
+        JobInsertOpts(now=db_now),
+    )
+    params = {
+        "live": True,
+        "history": False,
+        "queue": None,
+        "kinds": None,
+        "states": None,
+        "ordering_key": None,
+        "after": None,
+        "ids": None,
+        "priorities": None,
+        "tags_any": tags_any,
+        "tags_all": tags_all,
+        "metadata": None,
+        "limit": 100,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE hopper_job")
+        cursor.execute(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'hopper_job' AND indexdef ~ 'tags'"
+        )
+        assert [r[0] for r in cursor.fetchall()] == [
+            "CREATE INDEX hopper_job_tags ON public.hopper_job USING gin (tags)"
+            " WHERE (tags <> '[]'::jsonb)"
+        ]
+        cursor.execute("EXPLAIN " + QUERIES["job_list"], params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "hopper_job_tags" in plan
+    assert "Seq Scan on hopper_job " not in plan
+
+    found = engine.job_list(JobListParams(tags_any=tags_any or (), tags_all=tags_all or ()))
+    assert len(found) == 3
 
 
 def test_schedule__plan_reads_due_jobs_per_queue_and_updates_by_key(

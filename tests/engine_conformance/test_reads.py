@@ -320,6 +320,36 @@ def test_list__tags_any_and_tags_all_filters(
     assert found == [tagged[name] for name in expected]
 
 
+def test_list__empty_tag_filters_match_untagged_jobs_too(
+    engine: BaseEngine, tagged: dict[str, Any]
+) -> None:
+    found = list_ids(engine, kinds=("tests.t",), tags_any=(), tags_all=())
+
+    assert found == [tagged[name] for name in ("red", "red_blue", "blue_green", "none")]
+
+
+def test_list__tag_filters_read_history_too(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    jobs = {
+        name: running(engine, client_id, db_now, kind="tests.th", tags=tags)
+        for name, tags in (("red", ("red",)), ("red_blue", ("red", "blue")), ("none", ()))
+    }
+    finalize(engine, db_now, *(result(job, "completed") for job in jobs.values()))
+    live = insert(engine, db_now, kind="tests.th", tags=("blue",))
+    ids = {name: job.id for name, job in jobs.items()}
+
+    assert list_ids(engine, kinds=("tests.th",), tags_any=("red",)) == [ids["red"], ids["red_blue"]]
+    assert list_ids(engine, kinds=("tests.th",), tags_all=("red", "blue")) == [ids["red_blue"]]
+    assert list_ids(engine, kinds=("tests.th",), tags_any=("blue",)) == [ids["red_blue"], live.id]
+    assert list_ids(engine, kinds=("tests.th",), tags_any=(), tags_all=()) == [
+        ids["red"],
+        ids["red_blue"],
+        ids["none"],
+        live.id,
+    ]
+
+
 METADATA = {
     "gold": {"tenant": "acme", "plan": {"tier": "gold", "seats": 5}, "regions": ["eu", "us"]},
     "free": {"tenant": "acme", "plan": {"tier": "free"}, "regions": ["eu"]},

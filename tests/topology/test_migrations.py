@@ -47,6 +47,9 @@ BRIEF_ACCESS_EXCLUSIVE = {
     "and periodic slot tables: catalog changes",
     "0014_claimed_ahead": "ADD COLUMN claimed_ahead_at (nullable, no default) on the job "
     "tables: a catalog change",
+    "0015_partial_tags_index": "CREATE INDEX ON ONLY / DROP INDEX of the tags GIN on the "
+    "partitioned history (a partitioned index is neither built nor dropped concurrently): "
+    "catalog changes; the live table's are concurrent",
 }
 #: How long the worker's transaction stays open during each step (seconds).
 HOLD = 2.0
@@ -217,3 +220,46 @@ def test_migrations__an_index_on_a_live_table_is_built_concurrently():
             if concurrent:
                 assert migration.atomic is False, f"{name} must say atomic = False"
     assert plain == []
+
+
+def tag_indexes(db_name: str) -> dict[str, str]:
+    """The tags indexes of the job tables: name -> definition (partitions left out)."""
+    with psycopg.connect(**server(), dbname=db_name) as conn:
+        rows = conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND tablename IN ('hopper_job', 'hopper_job_history') AND indexdef ~ 'tags'"
+        ).fetchall()
+    return {r[0]: r[1].split(" USING ", 1)[1] for r in rows}
+
+
+def test_migrations__the_tags_indexes_become_partial_and_back(fresh_database):
+    def migrate(target: str) -> None:
+        done = subprocess.run(
+            migrate_command(fresh_database, target),
+            cwd=ROOT,
+            env=migrate_env(fresh_database),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    full = {"hopper_job_tags_gin": "gin (tags)", "hopper_history_tags_gin": "gin (tags)"}
+    partial = {
+        "hopper_job_tags": "gin (tags) WHERE (tags <> '[]'::jsonb)",
+        "hopper_history_tags": "gin (tags) WHERE (tags <> '[]'::jsonb)",
+    }
+    migrate("0014_claimed_ahead")
+    assert tag_indexes(fresh_database) == full
+    migrate("0015_partial_tags_index")
+    assert tag_indexes(fresh_database) == partial
+    migrate("0014_claimed_ahead")
+    assert tag_indexes(fresh_database) == full
+    # Re-run after a build left an invalid live index behind: it is built again.
+    with psycopg.connect(**server(), dbname=fresh_database, autocommit=True) as conn:
+        conn.execute("CREATE INDEX hopper_job_tags ON hopper_job USING gin (tags)")
+        conn.execute(
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'hopper_job_tags'::regclass"
+        )
+    migrate("0015_partial_tags_index")
+    assert tag_indexes(fresh_database) == partial

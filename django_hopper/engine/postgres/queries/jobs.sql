@@ -750,7 +750,10 @@ LIMIT 1
 SELECT attempt, snoozed, log FROM hopper_job_log WHERE job_id = %(id)s::uuid ORDER BY id
 
 -- fragment: job_list_where
--- job_list's filters, the same for both tables.
+-- job_list's filters, the same for both tables. A tag filter repeats the
+-- predicate of the tags GIN indexes (tagged rows only), which it implies: the
+-- planner uses a partial index only for a WHERE that implies its predicate.
+-- An empty tag filter is NULL (it matches every job) and adds nothing.
        AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
        AND (%(kinds)s::text[] IS NULL OR kind = ANY (%(kinds)s::text[]))
        AND (%(states)s::text[] IS NULL OR state = ANY (%(states)s::text[]))
@@ -758,8 +761,8 @@ SELECT attempt, snoozed, log FROM hopper_job_log WHERE job_id = %(id)s::uuid ORD
        AND (%(after)s::uuid IS NULL OR id /*IF NEWEST_FIRST*/</*ELSE*/>/*END*/ %(after)s::uuid)
        AND (%(ids)s::uuid[] IS NULL OR id = ANY (%(ids)s::uuid[]))
        AND (%(priorities)s::int2[] IS NULL OR priority = ANY (%(priorities)s::int2[]))
-       AND (%(tags_any)s::text[] IS NULL OR tags ?| %(tags_any)s::text[])
-       AND (%(tags_all)s::text[] IS NULL OR tags ?& %(tags_all)s::text[])
+       AND (%(tags_any)s::text[] IS NULL OR (tags <> '[]'::jsonb AND tags ?| %(tags_any)s::text[]))
+       AND (%(tags_all)s::text[] IS NULL OR (tags <> '[]'::jsonb AND tags ?& %(tags_all)s::text[]))
        AND (%(metadata)s::jsonb IS NULL OR metadata @> %(metadata)s::jsonb)
 
 -- name: job_list
