@@ -157,10 +157,21 @@ def _strict(r: Sequence[Any], c: Codec) -> JobRow:
     ) = r if len(r) == JOB_WIDTH else r[:JOB_WIDTH]  # fmt: skip
     tm = c.time
     if tm is not _same:
+        # NULL stays None (the codec's rule) without a call: most of a claimed
+        # row's optional times are NULL.
         scheduled_at, created_at = tm(scheduled_at), tm(created_at)
-        attempted_at, expires_at = tm(attempted_at), tm(expires_at)
-        cancel_requested_at, lease_expires_at = tm(cancel_requested_at), tm(lease_expires_at)
-        finalized_at, erased_at = tm(finalized_at), tm(erased_at)
+        if attempted_at is not None:
+            attempted_at = tm(attempted_at)
+        if expires_at is not None:
+            expires_at = tm(expires_at)
+        if cancel_requested_at is not None:
+            cancel_requested_at = tm(cancel_requested_at)
+        if lease_expires_at is not None:
+            lease_expires_at = tm(lease_expires_at)
+        if finalized_at is not None:
+            finalized_at = tm(finalized_at)
+        if erased_at is not None:
+            erased_at = tm(erased_at)
     if scheduled_at is None or created_at is None:
         raise ValueError("a required time is NULL")
     uu = c.uuid

@@ -113,7 +113,8 @@ class Completer:
         )
         self._first_at = 0.0
         self._inflight = 0
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._stop = False
         self._abort = False
         self._thread: threading.Thread | None = None
@@ -152,7 +153,7 @@ class Completer:
     ) -> None:
         """Queue a result for the next batch; ``running`` says whether the attempt's
         code still runs (a sync attempt past its timeout)."""
-        with self._cond:
+        with self._lock:  # the condition's own lock, without its Python-level __enter__
             pending = self._pending
             if not pending:
                 self._first_at = time.monotonic()
@@ -246,8 +247,8 @@ class Completer:
             keep_logs=self.keep_logs,
             skip_locked=True,
         )
-        applied = {(f.id, f.fence) for f in self.engine.job_finalize_many(params)}
-        done = [r for r in running if (r.finalize.id, r.finalize.fence) in applied]
+        applied = {(f.id.int, f.fence) for f in self.engine.job_finalize_many(params)}
+        done = [r for r in running if (r.finalize.id.int, r.finalize.fence) in applied]
         self.applied += len(done)
         if done and not params.no_batches:
             settle_finished(self.engine, [r.job for r in done])
@@ -270,17 +271,18 @@ class Completer:
             no_batches=all(r.job.batch_id is None for r in batch),
             keep_logs=self.keep_logs,
         )
-        applied = {(f.id, f.fence) for f in self.engine.job_finalize_many(params)}
+        # Keyed by the ID's integer: a UUID hashes in Python, an int and a tuple in C.
+        applied = {(f.id.int, f.fence) for f in self.engine.job_finalize_many(params)}
         self.flushes += 1
         if not params.no_batches:
             settle_finished(
                 self.engine,
-                [r.job for r in batch if (r.finalize.id, r.finalize.fence) in applied],
+                [r.job for r in batch if (r.finalize.id.int, r.finalize.fence) in applied],
             )
         debug = logger.isEnabledFor(logging.DEBUG)
         unarchived: dict[str, int] = {}
         for r in batch:
-            if (r.finalize.id, r.finalize.fence) in applied:
+            if (r.finalize.id.int, r.finalize.fence) in applied:
                 self.applied += 1
                 if r.finalize.state == "completed" and not r.finalize.archive:
                     unarchived[r.job.queue] = unarchived.get(r.job.queue, 0) + 1

@@ -168,12 +168,17 @@ class Producer:
             # span, asgiref's sync-thread marker when it ended through
             # sync_to_async) must not become the next attempt's.
             contextvars.Context().run(self.start_job, nxt, self)
+        # An event already set is left alone (setting it again takes its
+        # condition and notifies nobody): whoever clears one reads the slots
+        # after the clear, so this release is seen either way.
         if self.full and (free == 1 or free >= self.refill):
             # The first freed slot starts the refill wait; enough free slots end it.
-            self.wake.set()
-            self.control.activity.set()
-        elif free >= self.concurrency:
-            self.control.activity.set()  # idle now: burst mode and wait_idle look again
+            if not self.wake.is_set():
+                self.wake.set()
+            if not control.activity.is_set():
+                control.activity.set()
+        elif free >= self.concurrency and not control.activity.is_set():
+            control.activity.set()  # idle now: burst mode and wait_idle look again
 
     def claim_once(self) -> int:
         """Claim up to the free slots (and the buffer's room) in one call, start the
@@ -218,8 +223,14 @@ class Producer:
         if not jobs:
             return 0
         ahead = result.ahead
-        start = [j for j in jobs if j.id not in ahead]
-        later = [j for j in jobs if j.id in ahead]
+        start: list[JobRow]
+        later: list[JobRow]
+        if ahead:
+            start, later = [], []
+            for j in jobs:  # one membership test per job (a UUID hashes in Python)
+                (later if j.id in ahead else start).append(j)
+        else:
+            start, later = jobs, []
         with self._lock:
             # Slots freed during the claim take claimed-ahead jobs at once.
             if later and not control.stopping.is_set():

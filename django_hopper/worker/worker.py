@@ -167,7 +167,9 @@ class Worker:
             if c > 0
         }
         self.control.producers = self.producers
-        self.executions: dict[JobID, Execution] = {}
+        #: The attempts this worker holds, by their job ID's integer (``UUID.int``:
+        #: a UUID hashes in Python, an int in C, and this is set and read per job).
+        self.executions: dict[int, Execution] = {}
         self._exec_lock = threading.Lock()
         self._signals = 0
         self.completer = Completer(
@@ -251,7 +253,7 @@ class Worker:
         """Cancel a running attempt this worker holds, or a job it claimed ahead and
         has not started; return False if it holds neither."""
         with self._exec_lock:
-            ex = self.executions.get(job_id)
+            ex = self.executions.get(job_id.int)
         if ex is None:
             for producer in self.producers.values():
                 job = producer.take_buffered(job_id)
@@ -316,7 +318,7 @@ class Worker:
         )
         ex.context.completion = functools.partial(execution.complete_now, ex, self.engine)
         with self._exec_lock:
-            self.executions[job.id] = ex
+            self.executions[job.id.int] = ex
         if _debug():
             ex.log.debug("started")
         self.executor.submit(ex)
@@ -326,7 +328,7 @@ class Worker:
         if result is not None:
             self.completer.add(ex.job, result)
         with self._exec_lock:
-            self.executions.pop(ex.job.id, None)
+            self.executions.pop(ex.job.id.int, None)
         ex.owner.release(time.monotonic() - ex.started)
 
     def check_deadlines(self) -> None:

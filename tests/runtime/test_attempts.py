@@ -412,7 +412,7 @@ def test_a_timed_out_attempt_holding_its_own_row_does_not_hold_up_other_results(
     try:
         assert producer.claim_once() == 1
         assert jobs.OWN_ROW_HELD.wait(10)
-        execution = worker.executions[held.id]
+        execution = worker.executions[held.id.int]
         wait_for(lambda: (worker.check_deadlines(), execution.settled)[1])
         # The timeout's result waits for the row the attempt's own transaction holds;
         # a later attempt's result must not wait behind it.
