@@ -81,10 +81,18 @@ def test_jobs_maintain_vacuums_past_the_threshold_without_waiting(tx_engine: Bas
         assert result.vacuumed and result.analyzed
         assert result.tables["hopper_job"] == "vacuumed"
     else:
-        assert (result.vacuumed, result.analyzed) == (False, False)
+        # SQLite never vacuums; it analyzes only statistics an earlier test
+        # left stale, after which they are current.
+        assert not result.vacuumed
+        again = e.jobs_maintain(JobsMaintainParams(vacuum_dead_tuples=0))
+        assert (again.vacuumed, again.analyzed) == (False, False)
 
 
 def test_jobs_maintain_does_nothing_below_the_thresholds(engine: BaseEngine) -> None:
+    if not engine.features.supports_history_partitions:
+        # SQLite's statistics outlive a test's rollback: settle what an
+        # earlier test left stale first.
+        engine.jobs_maintain(JobsMaintainParams())  # type: ignore[attr-defined]
     result = engine.jobs_maintain(JobsMaintainParams())  # type: ignore[attr-defined]
     assert (result.vacuumed, result.analyzed) == (False, False)
 
