@@ -231,6 +231,9 @@ def workflow(params: WorkflowInsertParams) -> None:
     callbacks(params.on_success, params.on_failure, params.on_complete)
 
 
+_NO_DELAY = dt.timedelta(0)
+
+
 def finalize(results: Sequence[JobFinalize]) -> None:
     """Refuse a result that would leave its job running, or wait a negative delay."""
     for f in results:
@@ -239,7 +242,7 @@ def finalize(results: Sequence[JobFinalize]) -> None:
                 f"a result's state must be one of {', '.join(FINALIZE_STATES)}, not {f.state!r}",
                 field="state",
             )
-        if not isinstance(f.delay, dt.timedelta) or f.delay < dt.timedelta(0):
+        if not isinstance(f.delay, dt.timedelta) or f.delay < _NO_DELAY:
             raise InvalidJob(f"delay must not be negative, not {f.delay!r}", field="delay")
 
 

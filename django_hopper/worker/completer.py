@@ -160,7 +160,8 @@ class Completer:
             pending.append(Result(job, finalize, running))
             # Wake the thread only when it has something new to decide: the
             # first result starts the flush timer, a full batch flushes now.
-            if len(pending) == 1 or len(pending) >= self.batch_size:
+            n = len(pending)
+            if n == 1 or n >= self.batch_size:
                 self._cond.notify_all()
 
     def idle(self) -> bool:
