@@ -180,6 +180,18 @@ def _strict(r: Sequence[Any], c: Codec) -> JobRow:
         if batch_id is not None:
             batch_id = uu(batch_id)
     js = c.json
+    # The shapes' common cases inline (an object, no tags, no errors); anything
+    # else goes through the shape's check, which accepts or raises as before.
+    metadata = js(metadata)
+    if type(metadata) is not dict:
+        metadata = _metadata(metadata)
+    tags = js(tags)
+    if tags is None:
+        tags = []
+    elif type(tags) is not list or tags:
+        tags = _tags(tags)
+    errors = js(errors)
+    errors = _errors(errors) if errors else []
     # Positional, in JobRow's field order (checked at import, below _ROW_FIELDS).
     return JobRow(
         id_,
@@ -192,15 +204,15 @@ def _strict(r: Sequence[Any], c: Codec) -> JobRow:
         scheduled_at,
         created_at,
         js(args),
-        _metadata(js(metadata)),
-        _errors(js(errors)),
+        metadata,
+        errors,
         attempted_at,
         attempted_by,
         fence,
         unique_key,
         ordering_key,
         partition_key,
-        _tags(js(tags)),
+        tags,
         batch_id,
         expires_at,
         cancel_requested_at,

@@ -319,7 +319,7 @@ class Worker:
         ex.context.completion = functools.partial(execution.complete_now, ex, self.engine)
         with self._exec_lock:
             self.executions[job.id.int] = ex
-        if _debug():
+        if logger.isEnabledFor(logging.DEBUG):  # _debug(), without its call per job
             ex.log.debug("started")
         self.executor.submit(ex)
 
