@@ -66,11 +66,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_hopper.worker")
 
 
-def _debug() -> bool:
-    """Return whether job DEBUG lines are emitted (build their loggers only then)."""
-    return logger.isEnabledFor(logging.DEBUG)
-
-
 #: Jobs claimed ahead per slot when ``HOPPER["CLAIM_AHEAD"]`` is None. Four per
 #: slot (Celery's default prefetch multiplier) let a claim carry up to five
 #: times the free slots, so that its fixed cost (the statement's start, the
@@ -319,7 +314,7 @@ class Worker:
         ex.context.completion = functools.partial(execution.complete_now, ex, self.engine)
         with self._exec_lock:
             self.executions[job.id.int] = ex
-        if logger.isEnabledFor(logging.DEBUG):  # _debug(), without its call per job
+        if logger.isEnabledFor(logging.DEBUG):  # build the job's logger only then
             ex.log.debug("started")
         self.executor.submit(ex)
 
