@@ -81,6 +81,21 @@ def _claim_key(job: JobRow) -> tuple[int, dt.datetime, int]:
     return (-job.priority, job.scheduled_at, job.id.int)
 
 
+def _first_state(
+    p: JobInsertParams, now: dt.datetime, now_s: str
+) -> tuple[dt.datetime, str, JobState]:
+    """Return a new job's scheduled time (value and stored text) and its first state.
+
+    A job due now or earlier starts available, a later one scheduled; the
+    stored texts compare in time order, so the comparison needs no decode.
+    """
+    if p.scheduled_at is None:
+        return now, now_s, JobState.AVAILABLE
+    sched_s = db_time(p.scheduled_at, "scheduled_at")
+    state = JobState.SCHEDULED if sched_s > now_s else JobState.AVAILABLE
+    return p.scheduled_at, sched_s, state
+
+
 class JobsMixin(SQLiteSupport):
     """The job half of the engine contract on SQLite."""
 
@@ -99,15 +114,8 @@ class JobsMixin(SQLiteSupport):
         finished: list[list[Any]] = []
         for i, p in enumerate(params):
             job_id = p.id or new_id()
-            if p.scheduled_at is None:
-                sched, sched_s = now, now_s
-            else:
-                sched_s = db_time(p.scheduled_at, "scheduled_at")
-                sched = p.scheduled_at
-            state = JobState.SCHEDULED if sched_s > now_s else JobState.AVAILABLE
-            expires = None
-            if p.ttl is not None:
-                expires = now + p.ttl
+            sched, sched_s, state = _first_state(p, now, now_s)
+            expires = None if p.ttl is None else now + p.ttl
             tags = list(p.tags)
             rows.append(
                 [
@@ -198,12 +206,7 @@ class JobsMixin(SQLiteSupport):
         """
         now, now_s = self._now(opts.now)
         job_id = p.id or new_id()
-        if p.scheduled_at is None:
-            sched, sched_s = now, now_s
-        else:
-            sched_s = db_time(p.scheduled_at, "scheduled_at")
-            sched = p.scheduled_at
-        state = JobState.SCHEDULED if sched_s > now_s else JobState.AVAILABLE
+        sched, sched_s, state = _first_state(p, now, now_s)
         expires = None if p.ttl is None else now + p.ttl
         tags = list(p.tags)
         values = {
