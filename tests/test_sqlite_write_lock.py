@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -134,6 +135,72 @@ def test_write_lock__only_its_holder_releases_it() -> None:
     assert isinstance(out[0], RuntimeError)
     assert lock.locked()
     lock.release()
+
+
+class _InterruptedWait:
+    """A waiter's lock whose wait ends in KeyboardInterrupt, as a signal handler
+    that raises (Ctrl-C in the main thread) ends a blocking acquire; ``before``
+    runs first (the holder may hand the lock over in that time)."""
+
+    def __init__(self, before: Callable[[], None]) -> None:
+        self._before = before
+        self._held = False
+
+    def acquire(self) -> bool:
+        if not self._held:  # the waiter's own lock, taken before it queues
+            self._held = True
+            return True
+        self._before()
+        raise KeyboardInterrupt
+
+    def release(self) -> None:
+        self._held = False
+
+
+def _interrupt_a_wait(monkeypatch: pytest.MonkeyPatch, lock: WriteLock, handed_over: bool) -> None:
+    """Hold ``lock`` in a thread, have this thread's wait for it interrupted, and
+    let the holder release it (before the interrupt when ``handed_over``)."""
+    from django_hopper.engine.sqlite import support
+
+    go, released = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with lock:
+            go.wait(GUARD)
+        released.set()
+
+    thread = threading.Thread(target=holder, daemon=True)
+    thread.start()
+    wait_for(lock.locked, GUARD)
+
+    def before() -> None:
+        if handed_over:
+            go.set()
+            released.wait(GUARD)
+
+    fake = SimpleNamespace(Lock=lambda: _InterruptedWait(before), get_ident=threading.get_ident)
+    monkeypatch.setattr(support, "threading", fake)
+    with pytest.raises(KeyboardInterrupt):
+        lock.acquire()
+    monkeypatch.undo()
+    go.set()
+    thread.join(GUARD)
+    assert released.is_set()
+
+
+@pytest.mark.parametrize("handed_over", [False, True], ids=["waiting", "handed_over"])
+def test_write_lock__an_interrupted_wait_leaves_it_free(
+    monkeypatch: pytest.MonkeyPatch, handed_over: bool
+) -> None:
+    lock = WriteLock()
+    _interrupt_a_wait(monkeypatch, lock, handed_over)
+
+    # Neither queued nor held by the interrupted thread: free for anyone.
+    assert not lock.locked()
+    assert _waiters(lock) == 0
+    thread, out = _in_thread(lambda: lock.acquire() or lock.release() or "taken")
+    thread.join(GUARD)
+    assert out == ["taken"]
 
 
 def test_write_lock__one_lock_per_database_file() -> None:

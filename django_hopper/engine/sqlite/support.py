@@ -226,8 +226,21 @@ class WriteLock:
                 return
             waiter = threading.Lock()
             waiter.acquire()
-            self._waiters.append((waiter, me))
-        waiter.acquire()  # released by the holder that hands the lock over
+            entry = (waiter, me)
+            self._waiters.append(entry)
+        try:
+            waiter.acquire()  # released by the holder that hands the lock over
+        except BaseException:
+            # The wait was interrupted (a signal handler raised in the main
+            # thread): leave the queue, or pass on the lock if it was handed
+            # over meanwhile, or it would stay with a thread that never
+            # releases it and every writer of the process would wait forever.
+            with self._mutex:
+                if self._owner == me:
+                    self._hand_on()
+                else:
+                    self._waiters.remove(entry)
+            raise
 
     def release(self) -> None:
         """Hand the lock to the longest waiter, or free it."""
@@ -235,14 +248,17 @@ class WriteLock:
             if self._owner != threading.get_ident():
                 raise RuntimeError("release of a write lock this thread does not hold")
             self._depth -= 1
-            if self._depth:
-                return
-            if self._waiters:
-                waiter, self._owner = self._waiters.popleft()
-                self._depth = 1
-                waiter.release()  # the lock changed hands without being free
-            else:
-                self._owner = None
+            if not self._depth:
+                self._hand_on()
+
+    def _hand_on(self) -> None:
+        """Give the lock to the longest waiter, or free it (hold the mutex)."""
+        if self._waiters:
+            waiter, self._owner = self._waiters.popleft()
+            self._depth = 1
+            waiter.release()  # the lock changed hands without being free
+        else:
+            self._owner, self._depth = None, 0
 
     def locked(self) -> bool:
         """Return whether a thread holds the lock."""
