@@ -275,6 +275,33 @@ def test_sqlite__a_call_inside_the_callers_transaction_takes_no_write_lock(
     assert out == [2]
 
 
+def test_sqlite__a_call_in_a_transaction_with_autocommit_off_takes_no_write_lock(
+    tx_engine: BaseEngine,
+) -> None:
+    # With autocommit off (transaction.set_autocommit(False)) the caller's
+    # transaction, which may hold SQLite's lock already, is the one the engine
+    # writes in, as in atomic(): waiting for the process's lock there could wait
+    # on a thread that waits for this one's commit.
+    def insert_with_autocommit_off() -> int:
+        transaction.set_autocommit(False)
+        try:
+            n = len(tx_engine.job_insert_many(TWO_JOBS))
+            transaction.commit()
+            return n
+        finally:
+            transaction.set_autocommit(True)
+
+    lock = _lock()
+    lock.acquire()
+    try:
+        thread, out = _in_thread(insert_with_autocommit_off)
+        thread.join(GUARD)
+    finally:
+        lock.release()
+
+    assert out == [2]
+
+
 def test_sqlite__threads_queue_behind_one_that_waits_for_another_process(
     tx_engine: BaseEngine, other_writer: sqlite3.Connection
 ) -> None:

@@ -311,9 +311,12 @@ class SQLiteSupport(BaseEngine):
         or rollback, so this process's writers take turns without SQLite's
         sleeping busy handler. One that joins the caller's transaction takes
         nothing: the caller's ``BEGIN IMMEDIATE`` holds the write lock already.
+        Nor does one run with autocommit off (``set_autocommit(False)``): it
+        writes in the caller's transaction, which may hold SQLite's lock, and
+        whose end the block does not decide.
         """
         wrapper = self.connection
-        if wrapper.in_atomic_block:
+        if wrapper.in_atomic_block or (wrapper.connection is not None and not wrapper.autocommit):
             with transaction.atomic(using=self.alias, savepoint=savepoint):
                 yield
             return
