@@ -130,8 +130,7 @@ class Producer:
     def _room(self) -> int:
         """Return the free slots plus the buffer's room (hold the lock)."""
         slots = max(0, self.concurrency - self.running)
-        cap = self.ahead if self.mean_run < AHEAD_MAX_RUN else 0  # _ahead_cap(), per release
-        return slots + max(0, cap - len(self.buffer) - len(self.unreturned))
+        return slots + max(0, self._ahead_cap() - len(self.buffer) - len(self.unreturned))
 
     def _ahead_cap(self) -> int:
         """Return how many jobs may wait in the buffer now: ``ahead`` while the
