@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import migrations
+from django.db import migrations, router
 from django.utils.module_loading import import_string
 
 from django_hopper.engine import ENGINES, get_engine
@@ -353,6 +353,16 @@ class IndexSQL(migrations.operations.base.Operation):
         else:
             schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(self.name)}")
 
+    def _allowed(self, app_label: str, schema_editor: Any, state: Any) -> bool:
+        """Whether the router lets this app migrate on the alias, asked for the
+        model of ``table`` as Django's index operations ask: an alias a router
+        keeps hopper out of has no hopper tables to index."""
+        alias = schema_editor.connection.alias
+        for model in state.apps.get_app_config(app_label).get_models():
+            if model._meta.db_table == self.table:
+                return self.allow_migrate_model(alias, model)
+        return bool(router.allow_migrate(alias, app_label))
+
     def _apply(self, schema_editor: Any, create: bool) -> None:
         features = _features(schema_editor)
         if not (features and getattr(features, self.feature)):
@@ -365,12 +375,14 @@ class IndexSQL(migrations.operations.base.Operation):
     def database_forwards(
         self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
     ) -> None:
-        self._apply(schema_editor, create=not self.drop)
+        if self._allowed(app_label, schema_editor, to_state):
+            self._apply(schema_editor, create=not self.drop)
 
     def database_backwards(
         self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
     ) -> None:
-        self._apply(schema_editor, create=self.drop)
+        if self._allowed(app_label, schema_editor, to_state):
+            self._apply(schema_editor, create=self.drop)
 
     def describe(self) -> str:
         verb = "Drop" if self.drop else "Create"

@@ -263,3 +263,23 @@ def test_migrations__the_tags_indexes_become_partial_and_back(fresh_database):
         )
     migrate("0015_partial_tags_index")
     assert tag_indexes(fresh_database) == partial
+
+
+def test_migrations__an_alias_the_router_keeps_hopper_out_of_gets_nothing(fresh_database):
+    # docs/deploying.md: allow_migrate(db, "django_hopper") false on an alias hopper
+    # does not use. `migrate` there still runs hopper's migrations (and records
+    # them); each operation must then leave the database alone, as Django's do.
+    env = migrate_env(fresh_database)
+    env["DJANGO_SETTINGS_MODULE"] = "tests.topology.routed_settings"
+    for target in ([], ["zero"]):  # forwards to the latest, then back
+        done = subprocess.run(
+            [sys.executable, "-m", "django", "migrate", "django_hopper", *target, "-v", "0"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        with psycopg.connect(**server(), dbname=fresh_database) as conn:
+            assert hopper_tables(conn) == []
