@@ -112,20 +112,58 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+#: ``LazySettings``' own cache of the settings read through it: Django stores a
+#: setting there on its first read and drops it when the setting is assigned or
+#: deleted, or the wrapped settings are replaced (``override_settings``).
+_LAZY_CACHE: dict[str, Any] = object.__getattribute__(settings, "__dict__")
+_MISSING = object()
+
+
+def _hopper() -> Any:
+    """Return ``settings.HOPPER`` (None when unset), read now.
+
+    From the lazy settings' cache when Django holds it there, else through
+    ``settings`` (which caches it): the same value, without ``LazyObject``'s
+    Python-level ``__getattribute__`` and the ``getattr`` inside it that raises
+    on every read.
+    """
+    value = _LAZY_CACHE.get("HOPPER", _MISSING)
+    if value is _MISSING:
+        value = getattr(settings, "HOPPER", None)
+    return value
+
+
+def _reader(name: str) -> property:
+    """Return a property that reads the ``name`` key of ``settings.HOPPER`` or its default.
+
+    A property rather than ``__getattr__`` alone: ``__getattr__`` runs only
+    after the normal lookup has failed and built an ``AttributeError``, and
+    the worker reads two settings per job.
+    """
+    default = DEFAULTS[name]
+
+    def read(self: HopperSettings) -> Any:
+        value = _hopper()
+        return value.get(name, default) if value else default
+
+    return property(read, doc=f"``HOPPER[{name!r}]``, read on each access.")
+
+
 class HopperSettings:
-    """Attribute access to ``settings.HOPPER`` with defaults, read on each access."""
+    """Attribute access to ``settings.HOPPER`` with defaults, read on each access.
+
+    Each key of :data:`DEFAULTS` is a property (set below the class); a name
+    that is not one raises ``AttributeError``.
+    """
 
     def _user(self) -> dict[str, Any]:
 
-        value = getattr(settings, "HOPPER", None) or {}
+        value = _hopper() or {}
         return dict(value)
 
     def __getattr__(self, name: str) -> Any:
-        if name not in DEFAULTS:
-            raise AttributeError(f"HOPPER has no setting {name!r}")
-        # Read in place (the worker reads settings per job): no copy of the dict.
-        value = getattr(settings, "HOPPER", None) or {}
-        return value.get(name, DEFAULTS[name])
+        # Reached only for a name that is not a setting's property.
+        raise AttributeError(f"HOPPER has no setting {name!r}")
 
     def seconds(self, name: str) -> dt.timedelta:
         """Return a setting given in seconds as a timedelta."""
@@ -136,5 +174,8 @@ class HopperSettings:
         out.update(self._user())
         return out
 
+
+for _name in DEFAULTS:
+    setattr(HopperSettings, _name, _reader(_name))
 
 hopper_settings = HopperSettings()
