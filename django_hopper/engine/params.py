@@ -1,5 +1,11 @@
 """The engine's params and results: one frozen dataclass per method's input.
 
+Two are not frozen: :class:`JobFinalize` and :class:`JobFinalized`, built once
+per job by the worker and the engines. A frozen dataclass's ``__init__`` sets
+each field through ``object.__setattr__``: about 22,000 machine instructions
+for a result against 6,800 with plain slot stores (callgrind, CPython 3.11).
+Nothing assigns to them once built.
+
 Internal: the layers above the engine build these, and the engine's shared
 front validates them (:mod:`django_hopper.engine.base`). What users receive
 lives in :mod:`django_hopper.types`; a change here changes no public type.
@@ -48,7 +54,7 @@ class JobClaimResult:
     ahead: frozenset[JobID] = frozenset()
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)  # not frozen: one per applied result (module docstring)
 class JobFinalized:
     id: JobID
     fence: int
@@ -141,7 +147,7 @@ class JobReturnManyParams:
     now: dt.datetime | None = None
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)  # not frozen: one per attempt (module docstring)
 class JobFinalize:
     """One result of one attempt."""
 
