@@ -305,6 +305,33 @@ def test_finalize__probes_the_primary_key_whatever_the_number_running(
     assert "rows=200" not in plan
 
 
+def test_finalize__a_large_batch_is_planned_for_its_values_a_small_one_once(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    """The generic plan estimates the results at ten rows and compares each job with
+    every result; a large batch goes unnamed, so it is planned for its own size."""
+    client_id = register(engine, db_now)
+    for i in range(40):
+        insert(engine, db_now, kind="tests.plan", queue=f"large-{i}")
+    large = [claim(engine, client_id, db_now, queue=f"large-{i}")[0] for i in range(40)]
+
+    def prepared() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+                ["%INSERT INTO hopper_job_history%"],
+            )
+            return int(cursor.fetchone()[0])
+
+    before = prepared()
+    applied = finalize(engine, db_now, *[result(j, "completed") for j in large], no_batches=True)
+    assert len(applied) == 40
+    assert prepared() == before
+    small = running(engine, client_id, db_now)
+    finalize(engine, db_now, result(small, "completed"), no_batches=True)
+    assert prepared() == before + 1
+
+
 # -- locks inside the caller's transaction ------------------------------------
 
 

@@ -188,6 +188,27 @@ def test_finalize__applies_a_batch_and_returns_only_the_applied_results(
     assert get(engine, c).state == "retryable"
 
 
+def test_finalize__a_large_batch_applies_each_result_and_refuses_the_fenced_ones(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int, other_client_id: int
+) -> None:
+    # Larger than the batches the PostgreSQL engine runs as a prepared statement.
+    jobs = [running(engine, client_id, db_now, kind="tests.large") for _ in range(40)]
+    refused = jobs[::7]
+    results = [
+        JobFinalize(id=j.id, attempted_by=other_client_id, fence=j.fence, state="completed")
+        if j in refused
+        else result(j, "completed", output=i)
+        for i, j in enumerate(jobs)
+    ]
+
+    applied = finalize(engine, db_now, *results, no_batches=True)
+
+    kept = [j for j in jobs if j not in refused]
+    assert sorted(a.id for a in applied) == sorted(j.id for j in kept)
+    assert [get(engine, j).output for j in kept] == [i for i, j in enumerate(jobs) if j in kept]
+    assert {get(engine, j).state for j in refused} == {"running"}
+
+
 def test_finalize__empty_batch_applies_nothing(engine: BaseEngine, db_now: dt.datetime) -> None:
     assert finalize(engine, db_now) == []
 

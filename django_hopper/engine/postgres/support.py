@@ -29,6 +29,14 @@ itself. A larger claim, when it is its own transaction, runs with
 more client time than the claim). Either generic plan uses the same partial
 indexes and is made once per connection (again after ANALYZE).
 
+A statement whose best plan depends on the length of its input arrays runs
+unnamed instead (``_fetchall(..., plan_each=True)``: still bound on the
+server, one round trip, planned for each call's values). A generic plan
+estimates every ``unnest`` of a parameter at ten rows, so a finalize of a
+large batch got a nested loop that compared each job with every result (500
+results: 250,000 comparisons, ~0.2 s), where the plan for its values joins
+them in one pass; the plan costs ~0.5 ms, so only large batches take it.
+
 Results are loaded with psycopg's C timestamptz loader when Django uses
 time zones (Django's own loader is a Python subclass psycopg cannot swap).
 
@@ -314,8 +322,12 @@ class PostgresSupport(BaseEngine):
         prepare: bool = False,
         generic_plan: bool = False,
         begin: bool = False,
+        plan_each: bool = False,
     ) -> list[tuple[Any, ...]]:
         """Run a named query and return its rows (prepared with ``prepare``).
+
+        ``plan_each``: with ``prepare``, send it unnamed, so the server plans it
+        for this call's values (see the module docstring).
 
         ``generic_plan``: outside a transaction, run it in one of its own with
         the generic plan forced (see the module docstring). ``begin``: when
@@ -339,7 +351,7 @@ class PostgresSupport(BaseEngine):
             if cursor is not None:
                 text, names = raw_query(sql or QUERIES[name])
                 with self.connection.wrap_database_errors:
-                    cursor.execute(text, [params[n] for n in names], prepare=True)
+                    cursor.execute(text, [params[n] for n in names], prepare=not plan_each)
                     return cursor.fetchall() if _has_rows(cursor) else []
             with self.connection.cursor() as django_cursor:
                 django_cursor.execute(sql or QUERIES[name], params)
