@@ -175,7 +175,7 @@ def _check_numbers(user: dict[str, Any], defaults: dict[str, Any]) -> list[Any]:
                 hint=(
                     "It is how many jobs a queue's worker may claim beyond its free slots "
                     "while its jobs are short: None (the default) claims up to four times the "
-                    "queue's concurrency ahead, 0 turns it off."
+                    "queue's concurrency ahead (at least 100 minus it), 0 turns it off."
                 ),
                 id="hopper.E018",
             )

@@ -29,7 +29,8 @@ DEFAULTS: dict[str, Any] = {
     "CLAIM_DEBOUNCE": 0.005,
     # Jobs a queue's worker may claim beyond its free slots while its jobs are
     # short, to start them from a local buffer the moment a slot frees (None:
-    # four times the queue's concurrency; 0 turns it off). Never on a queue with limits,
+    # four times the queue's concurrency, and at least enough that a full claim
+    # carries 100 jobs; 0 turns it off). Never on a queue with limits,
     # never a job with an ordering key; a worker that dies holding them has each
     # counted as an admission miss, not an attempt (docs/queue-controls.md).
     "CLAIM_AHEAD": None,

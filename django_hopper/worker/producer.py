@@ -33,9 +33,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_hopper.worker")
 
-#: After a claim that filled every free slot (more work is likely waiting),
-#: claim again once this fraction of the queue's concurrency is free, so that
-#: each claim carries several jobs instead of one per finished job...
+#: After a claim that filled every free slot and the buffer (more work is likely
+#: waiting), claim again once this fraction of what a full claim takes is free
+#: (slots and buffer room), so that each claim carries many jobs instead of one
+#: per finished job, and, with a buffer, is sent while half of it still feeds
+#: the slots: the claim's round trip overlaps running jobs instead of idling them...
 REFILL = 0.5
 #: ...but never leave a freed slot idle longer than this many seconds.
 REFILL_WAIT = 0.002
@@ -49,6 +51,11 @@ AHEAD_MAX_RUN = 0.01
 AHEAD_MAX_WAIT = 0.2
 #: The weight of the latest run time in the running mean the decision reads.
 RUN_MEAN_WEIGHT = 0.1
+#: The buffer holds at most what the slots run in this many seconds at the
+#: queue's mean run time, so that a buffered job (and a higher-priority job
+#: enqueued behind the buffer) waits about this long at most, well inside
+#: AHEAD_MAX_WAIT, whatever ``ahead`` allows.
+AHEAD_FILL = 0.05
 
 
 class Producer:
@@ -107,8 +114,6 @@ class Producer:
         self.running = 0
         #: The last claim filled every free slot: there may be more work.
         self.full = False
-        #: Free slots to wait for after a full claim before claiming again.
-        self.refill = max(1, min(concurrency, int(concurrency * REFILL)))
         #: Monotonic time before which the rate limit allows nothing.
         self.hold_until = 0.0
         #: Monotonic time the latest claim started (for the debounce).
@@ -133,20 +138,36 @@ class Producer:
         return slots + max(0, self._ahead_cap() - len(self.buffer) - len(self.unreturned))
 
     def _ahead_cap(self) -> int:
-        """Return how many jobs may wait in the buffer now: ``ahead`` while the
-        queue's jobs are short, else none."""
-        return self.ahead if self.mean_run < AHEAD_MAX_RUN else 0
+        """Return how many jobs may wait in the buffer now: while the queue's jobs
+        are short, ``ahead`` or what the slots run in AHEAD_FILL, the fewer; else none."""
+        mean = self.mean_run
+        if mean >= AHEAD_MAX_RUN:
+            return 0
+        if mean <= 0:
+            return self.ahead
+        return min(self.ahead, int(self.concurrency * AHEAD_FILL / mean))
+
+    def _refill_at(self) -> int:
+        """Return the room (free slots plus buffer room) after which a full claim is
+        followed by the next one: REFILL of a full claim (hold the lock)."""
+        return max(1, int((self.concurrency + self._ahead_cap()) * REFILL))
+
+    def _refill_due(self) -> bool:
+        """Return whether the next claim is due after a full one: enough room is
+        free, or a slot idles (hold the lock). While buffered jobs feed every
+        slot and little room is free, a claim would carry few jobs for its cost."""
+        return self._room() >= self._refill_at() or self.running < self.concurrency
 
     def wait_refill(self) -> None:
-        """After a full claim, give more slots up to REFILL_WAIT to free before claiming.
+        """After a full claim, give more room up to REFILL_WAIT to free before claiming.
 
-        A claim has a fixed cost, so it should carry several jobs rather than
-        the one slot that just freed; :meth:`release` ends the wait as soon as
-        :attr:`refill` slots are free. Call right before a claim.
+        A claim has a fixed cost, so it should carry many jobs rather than the
+        one slot that just freed; :meth:`release` ends the wait as soon as
+        :meth:`_refill_at` is free. Call right before a claim.
         """
-        if self.full and self.free() < self.refill:
+        if self.full and self.free() < self._refill_at():
             self.wake.clear()
-            if self.free() < self.refill:
+            if self.free() < self._refill_at():
                 self.wake.wait(REFILL_WAIT)
             self.wake.clear()  # the claim that follows covers whatever woke us
 
@@ -163,6 +184,10 @@ class Producer:
             else:
                 self.running -= 1
             free = self._room()
+            # The first slot left idle starts the refill wait; enough room ends it.
+            refill = free >= self._refill_at() or (
+                nxt is None and self.running == self.concurrency - 1
+            )
         if nxt is not None:
             # In an empty context: the finishing attempt's context (its trace
             # span, asgiref's sync-thread marker when it ended through
@@ -171,8 +196,7 @@ class Producer:
         # An event already set is left alone (setting it again takes its
         # condition and notifies nobody): whoever clears one reads the slots
         # after the clear, so this release is seen either way.
-        if self.full and (free == 1 or free >= self.refill):
-            # The first freed slot starts the refill wait; enough free slots end it.
+        if self.full and refill:
             if not self.wake.is_set():
                 self.wake.set()
             if not control.activity.is_set():
@@ -190,6 +214,8 @@ class Producer:
             return 0
         limited = self.queue in control.limited_queues
         with self._lock:
+            if self.full and not self._refill_due():
+                return 0  # release() wakes the producer once it is
             free = max(0, self.concurrency - self.running)
             held = len(self.buffer) + len(self.unreturned)
             room = 0 if limited else max(0, self._ahead_cap() - held)

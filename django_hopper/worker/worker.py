@@ -72,6 +72,18 @@ logger = logging.getLogger("django_hopper.worker")
 #: commit's WAL flush, the round trip) is shared by several rounds of short jobs;
 #: one per slot still left a worker at concurrency 10 waiting on its claims.
 AHEAD_PER_SLOT = 4
+#: ...and at least enough that a full claim carries this many jobs: at
+#: concurrency 10, claims of 50 left one process at about half of a tight loop
+#: claiming and finalizing 100 a statement, and claims of 100 closed most of
+#: that gap. How long a buffered job may wait bounds it too (the producer's
+#: ``AHEAD_FILL``), so a small queue of jobs that are merely short holds few.
+AHEAD_MIN_CLAIM = 100
+
+
+def default_ahead(concurrency: int) -> int:
+    """Return the jobs a queue of ``concurrency`` slots claims ahead at most when
+    ``HOPPER["CLAIM_AHEAD"]`` is None."""
+    return max(AHEAD_PER_SLOT * concurrency, AHEAD_MIN_CLAIM - concurrency)
 
 
 @dataclass
@@ -153,7 +165,7 @@ class Worker:
                 start_job=self.start_job,
                 poll_interval=float(self.config.poll_interval or 1.0),
                 claim_debounce=float(self.config.claim_debounce or 0),
-                ahead=AHEAD_PER_SLOT * c
+                ahead=default_ahead(c)
                 if hopper_settings.CLAIM_AHEAD is None
                 else int(hopper_settings.CLAIM_AHEAD),
                 unstarted=self._cancel_unstarted,

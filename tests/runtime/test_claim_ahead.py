@@ -10,6 +10,7 @@ from django.test import override_settings
 from django_hopper.engine.params import JobCancelParams
 from django_hopper.models import Job
 from django_hopper.worker import producer as producer_module
+from django_hopper.worker.worker import default_ahead
 from tests.support.runtime import get, insert, insert_many, wait_for
 from tests.testapp import jobs
 
@@ -188,3 +189,39 @@ def test_a_return_whose_answer_is_lost_never_starts_the_jobs_it_may_have_given_b
         row = get(tx_engine, job)
         assert (row.state, row.attempt) == ("available", 0)
     assert not producer.buffer
+
+
+def test_by_default_a_full_claim_carries_a_hundred_jobs_or_five_per_slot():
+    assert [default_ahead(c) for c in (1, 10, 20, 25, 100)] == [99, 90, 80, 100, 400]
+
+
+def test_the_buffer_holds_what_the_slots_run_in_the_fill_time(make_worker):
+    with override_settings(HOPPER={"CLAIM_AHEAD": 100}):
+        worker = make_worker(queues={"default": 2})
+    producer = worker.producers["default"]
+
+    producer.mean_run = 0.004  # short, but 100 of them would wait 0.2 s for two slots
+    assert producer.free() == 2 + int(2 * producer_module.AHEAD_FILL / 0.004)
+    producer.mean_run = 0.0
+    assert producer.free() == 2 + 100
+
+
+def test_after_a_full_claim_the_next_waits_for_room_while_buffered_jobs_feed_the_slot(
+    tx_engine, make_worker
+):
+    held = [insert(tx_engine, jobs.rt_hold, 2.0) for _ in range(8)]
+    with override_settings(HOPPER={"CLAIM_AHEAD": 4}):
+        worker = make_worker(queues={"default": 1})
+    producer = worker.producers["default"]
+    producer.mean_run = 0.0
+    assert producer.claim_once() == 5  # the slot and a full buffer
+
+    # Room for one job, and buffered jobs still behind the busy slot: a claim of one
+    # would cost a round trip for little, so none is sent...
+    assert producer.take_buffered(held[1].id) is not None
+    assert producer.claim_once() == 0
+    assert producer.claims == 1
+    # ...until half of a full claim's room is free.
+    assert producer.take_buffered(held[2].id) is not None
+    assert producer.claim_once() == 2
+    assert [j.id for j, _at in producer.buffer] == [h.id for h in (held[3], held[4], *held[5:7])]
