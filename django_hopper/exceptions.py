@@ -49,6 +49,21 @@ class UniqueConflict(HopperError):
     """A live job already holds the same kind and unique key."""
 
 
+def unique_conflict(detail: str) -> UniqueConflict:
+    """Return the error both engines raise when a live job holds the kind and unique key."""
+    return UniqueConflict(f"a live job already holds this kind and unique key ({detail})")
+
+
+def duplicate_id(detail: str) -> InvalidJob:
+    """Return the error both engines raise for a job ID a live job already holds.
+
+    A caller-chosen ID that collides is a bad input, not a unique-key
+    conflict: no unique key was given, and retrying with the same ID fails
+    the same way.
+    """
+    return InvalidJob(f"a job with this id already exists ({detail})", field="id")
+
+
 class JobFenced(HopperError):
     """The claim or lease no longer owns the job."""
 

@@ -788,11 +788,7 @@ def job(
         if not callable(f) or not hasattr(f, "__qualname__"):
             raise InvalidJob(f"@job decorates functions, not {f!r}", field="func")
         name = kind if kind is not None else _importable_kind(f)
-        if not isinstance(name, str) or not name or len(name) > 255:
-            raise InvalidJob(
-                f"kind must be a non-empty string of at most 255 characters, not {name!r}",
-                field="kind",
-            )
+        validation.kind(name)
         jf = JobFunction(
             f,
             kind=name,

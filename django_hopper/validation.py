@@ -66,13 +66,34 @@ def aware(value: Any, field: str) -> dt.datetime:
     return value.astimezone(dt.UTC)
 
 
+#: The longest duration hopper adds to the current time (a TTL, a lease, a
+#: delay). Past it the sum would leave the range of a datetime (year 9999) on
+#: one engine and be stored on the other; a thousand years is no real limit.
+DURATION_MAX = dt.timedelta(days=365_000)
+
+
 def positive_duration(value: Any, field: str) -> dt.timedelta:
-    """Return a positive timedelta (numbers are seconds) or raise InvalidJob."""
+    """Return a positive timedelta (numbers are seconds) of at most :data:`DURATION_MAX`,
+    or raise InvalidJob."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        value = dt.timedelta(seconds=value)
+        try:
+            value = dt.timedelta(seconds=value)
+        except (OverflowError, ValueError):
+            pass  # refused below, as what it is
     if not isinstance(value, dt.timedelta) or value <= dt.timedelta(0):
         raise InvalidJob(f"{field} must be a positive duration, not {value!r}", field=field)
+    duration_max(value, field)
     return value
+
+
+def duration_max(value: dt.timedelta, field: str) -> None:
+    """Refuse a duration that added to the current time would leave a datetime's range."""
+    if value > DURATION_MAX:
+        raise InvalidJob(
+            f"{field} must be at most {DURATION_MAX.days:,} days (a thousand years), "
+            f"not {value!r}; leave it unset for no limit",
+            field=field,
+        )
 
 
 #: The shortest pass lease a resumable job may hold. Below it the BEGIN margin
@@ -104,13 +125,24 @@ def json_value(value: Any, field: str) -> Any:
     return value
 
 
+def kind(value: Any) -> str:
+    """Return a job kind (1 to 255 characters, no NUL) or raise InvalidJob."""
+    if not isinstance(value, str) or not value or len(value) > 255 or "\x00" in value:
+        raise InvalidJob(
+            f"kind must be a non-empty string of at most 255 characters without NUL, not {value!r}",
+            field="kind",
+        )
+    return value
+
+
 def key(value: Any, field: str) -> str | None:
     """Return a unique, ordering or partition key (None for no key) or raise InvalidJob."""
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > 255:
+    if not isinstance(value, str) or not value or len(value) > 255 or "\x00" in value:
         raise InvalidJob(
-            f"{field} must be a non-empty string of at most 255 characters, not {value!r}",
+            f"{field} must be a non-empty string of at most 255 characters without NUL, "
+            f"not {value!r}",
             field=field,
         )
     return value
@@ -120,8 +152,12 @@ def tags(value: Any) -> tuple[str, ...]:
     """Return distinct, non-empty tags in their first order or raise InvalidJob."""
     if value is None:
         return ()
-    if isinstance(value, str) or not all(isinstance(t, str) and t for t in value):
-        raise InvalidJob(f"tags must be a list of non-empty strings, not {value!r}", field="tags")
+    if isinstance(value, str) or not all(
+        isinstance(t, str) and t and "\x00" not in t for t in value
+    ):
+        raise InvalidJob(
+            f"tags must be a list of non-empty strings without NUL, not {value!r}", field="tags"
+        )
     seen: dict[str, None] = {}
     for t in value:
         seen.setdefault(t, None)

@@ -94,6 +94,7 @@ def ttl(value: Any, field: str = "ttl") -> dt.timedelta:
         raise InvalidJob(
             f"{field} must be a timedelta of at least a microsecond, not {value!r}", field=field
         )
+    validation.duration_max(value, field)
     return value
 
 
@@ -141,11 +142,7 @@ def record_progress(params: JobRecordProgressParams) -> None:
 
 def insert(p: JobInsertParams, *, copy: bool = False) -> None:
     """Refuse an input the database would refuse (or one engine would silently mangle)."""
-    if not isinstance(p.kind, str) or not p.kind or len(p.kind) > 255:
-        raise InvalidJob(
-            f"kind must be a non-empty string of at most 255 characters, not {p.kind!r}",
-            field="kind",
-        )
+    validation.kind(p.kind)
     validation.queue_name(p.queue)
     validation.priority(p.priority)
     validation.max_attempts(p.max_attempts)
@@ -157,8 +154,14 @@ def insert(p: JobInsertParams, *, copy: bool = False) -> None:
     validation.key(p.ordering_key, "ordering_key")
     validation.key(p.partition_key, "partition_key")
     validation.key(p.subject, "subject")
-    if isinstance(p.tags, str) or not all(isinstance(t, str) and t for t in p.tags):
-        raise InvalidJob(f"tags must be non-empty strings, not {p.tags!r}", field="tags")
+    tags = p.tags
+    if (type(tags) is not tuple or tags) and not _good_tags(tags):  # most jobs have none
+        raise InvalidJob(f"tags must be non-empty strings without NUL, not {tags!r}", field="tags")
+    if not isinstance(p.metadata, dict):
+        raise InvalidJob(
+            f"metadata must be a JSON object (a dict), not {type(p.metadata).__name__}",
+            field="metadata",
+        )
     if p.unique_finished:
         validation.unique_finished(p.unique_finished)
     if p.id is not None and not isinstance(p.id, uuid.UUID):
@@ -169,6 +172,13 @@ def insert(p: JobInsertParams, *, copy: bool = False) -> None:
         raise InvalidJob(
             "job_insert_copy takes no unique keys; use job_insert_many", field="unique_key"
         )
+
+
+def _good_tags(tags: Any) -> bool:
+    """Return whether ``tags`` is a list or tuple of non-empty strings without NUL."""
+    return isinstance(tags, tuple | list) and all(
+        isinstance(t, str) and t and "\x00" not in t for t in tags
+    )
 
 
 #: Every conflict action (read per insert: the tuple is made once).

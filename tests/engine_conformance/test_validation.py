@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.db import transaction
 
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.params import (
@@ -95,6 +96,20 @@ BAD_INSERTS: list[tuple[str, dict[str, Any]]] = [
     ("unique_finished", {"unique_finished": ("running",)}),
     ("id", {"id": "not-a-uuid"}),
     ("batch_id", {"batch_id": "not-a-uuid"}),
+    # What one database stores and the other refuses is refused by both.
+    ("kind", {"kind": "tests.\x00job"}),
+    ("unique_key", {"unique_key": "u\x00"}),
+    ("ordering_key", {"ordering_key": "o\x00"}),
+    ("partition_key", {"partition_key": "p\x00"}),
+    ("subject", {"subject": "s\x00"}),
+    ("tags", {"tags": ("t\x00",)}),
+    ("args", {"args": {"x": "a\x00b"}}),
+    ("args", {"args": {"x": [1, {"y\x00": 2}]}}),
+    ("args", {"args": {"x": float("nan")}}),
+    ("args", {"args": {"x": object()}}),
+    ("metadata", {"metadata": {"x": "a\x00b"}}),
+    ("metadata", {"metadata": [1, 2]}),
+    ("ttl", {"ttl": dt.timedelta(days=10**8)}),
 ]
 
 
@@ -407,3 +422,23 @@ def test_validation__topics_are_refused_identically(engine: BaseEngine, topic: s
 
 def test_validation__notify_needs_a_channel(engine: BaseEngine) -> None:
     refused(lambda: engine.notify("", ["x"]), "channel")
+
+
+def test_validation__an_id_a_live_job_holds_is_refused_naming_the_id(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    taken = insert(engine, db_now, "tests.first")
+
+    def insert_taken() -> None:
+        with transaction.atomic():  # the failed statement rolls back to here
+            engine.job_insert_many(
+                [
+                    JobInsertParams(kind="tests.good"),
+                    JobInsertParams(kind="tests.other", id=taken.id),
+                ]
+            )
+
+    error = refused(insert_taken, "id")
+
+    assert "already exists" in str(error)
+    assert list(Job.objects.values_list("kind", flat=True)) == ["tests.first"]

@@ -18,8 +18,8 @@ from typing import Any
 
 from django_hopper.engine import decode
 from django_hopper.engine.decode import Codec
+from django_hopper.engine.encode import dump_json
 from django_hopper.engine.params import JobFinalize, JobInsertParams
-from django_hopper.exceptions import InvalidJob
 from django_hopper.ids import new_ids
 from django_hopper.types import (
     AttemptError,
@@ -56,24 +56,6 @@ def load_json(value: Any) -> Any:
             return json.loads(value)
         return decoded
     return value
-
-
-def dump_json(value: Any, field: str) -> str:
-    """Encode a JSON value, refusing what JSON cannot hold with an error naming the field.
-
-    The empty object and list (most jobs' metadata and tags) are written
-    directly, without the encoder.
-    """
-    if not value:
-        kind = type(value)
-        if kind is dict:
-            return "{}"
-        if kind is list:
-            return "[]"
-    try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise InvalidJob(f"{field} must be JSON-serializable: {exc}", field=field) from None
 
 
 _CODEC = Codec(json=load_json)

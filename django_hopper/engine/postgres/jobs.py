@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import transaction
+from psycopg.types.json import JsonbBinaryDumper
 
 from django_hopper.engine.decode import runnable
 from django_hopper.engine.params import (
@@ -144,6 +145,21 @@ _COPY_TYPES = [
     "jsonb", "jsonb", "text", "text", "jsonb", "uuid", "timestamptz", "bool", "timestamptz",
     "text",
 ]  # fmt: skip
+
+
+class _EncodedJson:
+    """The key that registers :class:`_EncodedJsonbDumper` on a COPY's cursor (its oid counts)."""
+
+
+class _EncodedJsonbDumper(JsonbBinaryDumper):
+    """Send JSON text already encoded by the engines' one encoder as binary ``jsonb``.
+
+    COPY would otherwise encode each value again with psycopg's own
+    ``json.dumps``, which writes ``NaN`` and lets a NUL through to the
+    server: the values are refused by the same rules as every other insert.
+    """
+
+    _dumps = staticmethod(str)
 
 
 _DEFAULT_OPTS = JobInsertOpts()
@@ -330,6 +346,15 @@ class JobsMixin(PostgresSupport):
     ) -> list[JobInsertResult]:
         """Bulk-load jobs with COPY: IDs made here, database now read once, rows built here."""
         ids = convert.job_ids(params)
+        # Encoded before the COPY starts: a value the encoder refuses writes nothing.
+        encoded = [
+            (
+                convert.dump_json(p.args, "args"),
+                convert.dump_json(p.metadata, "metadata"),
+                convert.dump_json(list(p.tags), "tags"),
+            )
+            for p in params
+        ]
         with db_errors(), self._atomic():
             now = opts.now or self.now()
             jobs: list[JobRow] = []
@@ -337,8 +362,11 @@ class JobsMixin(PostgresSupport):
                 self.connection.cursor() as cursor,
                 cursor.cursor.copy(QUERIES["job_insert_copy"]) as copy,
             ):
+                cursor.cursor.adapters.register_dumper(_EncodedJson, _EncodedJsonbDumper)
                 copy.set_types(_COPY_TYPES)
-                for job_id, p in zip(ids, params, strict=True):
+                for job_id, p, (args, metadata, tags_json) in zip(
+                    ids, params, encoded, strict=True
+                ):
                     scheduled_at = p.scheduled_at or now
                     state = JobState.SCHEDULED if scheduled_at > now else JobState.AVAILABLE
                     expires_at = now + p.ttl if p.ttl else None
@@ -346,9 +374,9 @@ class JobsMixin(PostgresSupport):
                     copy.write_row(
                             (
                                 job_id, p.kind, p.queue, state, p.priority, 0, p.max_attempts,
-                                scheduled_at, 0, p.args, p.metadata, [], p.ordering_key,
-                                p.partition_key, tags, p.batch_id, expires_at, p.awaited, now,
-                                p.subject,
+                                scheduled_at, 0, args, metadata, "[]", p.ordering_key,
+                                p.partition_key, tags_json, p.batch_id, expires_at, p.awaited,
+                                now, p.subject,
                             )
                         )  # fmt: skip
                     jobs.append(

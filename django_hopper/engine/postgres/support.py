@@ -84,7 +84,8 @@ from django_hopper.exceptions import (
     HopperError,
     InvalidJob,
     JobLocked,
-    UniqueConflict,
+    duplicate_id,
+    unique_conflict,
 )
 from django_hopper.topology import prepares
 
@@ -207,6 +208,14 @@ def _sqlstate(exc: BaseException) -> str | None:
     return None
 
 
+def _constraint(exc: BaseException) -> str | None:
+    """Return the name of the constraint a psycopg error (or the one Django wraps) names."""
+    for candidate in (exc, exc.__cause__):
+        if isinstance(candidate, psycopg.Error):
+            return candidate.diag.constraint_name
+    return None
+
+
 def translate(exc: BaseException) -> HopperError:
     """Map a driver error to the hopper exception that names its cause."""
     state = _sqlstate(exc)
@@ -214,7 +223,9 @@ def translate(exc: BaseException) -> HopperError:
     if state == LOCK_NOT_AVAILABLE:
         return JobLocked(f"another transaction holds the job's row: {detail}")
     if state == UNIQUE_VIOLATION:
-        return UniqueConflict(f"a live job holds the same kind and unique key: {detail}")
+        if _constraint(exc) == "hopper_job_pkey":
+            return duplicate_id(detail)
+        return unique_conflict(detail)
     if state in (CHECK_VIOLATION, NOT_NULL_VIOLATION):
         return InvalidJob(f"the database refused the job: {detail}")
     if _connection_lost(exc, state):

@@ -17,6 +17,7 @@ from typing import Any, overload
 
 from django_hopper.engine import decode
 from django_hopper.engine.decode import Codec
+from django_hopper.engine.encode import dump_json
 from django_hopper.engine.params import JobInsertParams
 from django_hopper.exceptions import InvalidJob
 from django_hopper.types import JobID, JobRow
@@ -97,15 +98,8 @@ _TIMES_KEPT = 1024
 
 _encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
-
-def dumps(value: Any, field: str) -> str:
-    """Serialize a JSON column value, refusing what JSON cannot represent."""
-    if not value and type(value) is dict:
-        return "{}"  # the common empty metadata, without the encoder
-    try:
-        return _encode(value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidJob(f"{field} must be JSON-serializable: {exc}", field=field) from None
+#: Encode a JSON column value: the one encoder of both engines.
+dumps = dump_json
 
 
 def uuid_or_none(value: str | None) -> uuid.UUID | None:

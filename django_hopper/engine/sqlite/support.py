@@ -29,7 +29,8 @@ from django_hopper.exceptions import (
     HopperError,
     InvalidJob,
     JobLocked,
-    UniqueConflict,
+    duplicate_id,
+    unique_conflict,
 )
 
 if TYPE_CHECKING:
@@ -116,9 +117,9 @@ def integrity_error(exc: BaseException) -> HopperError:
     """Return the hopper exception that names what an IntegrityError violated."""
     msg = str(exc)
     if "hopper_job.kind, hopper_job.unique_key" in msg:
-        return UniqueConflict(f"a live job already holds this kind and unique key ({msg})")
+        return unique_conflict(msg)
     if "UNIQUE constraint failed: hopper_job.id" in msg:
-        return InvalidJob(f"a job with this id already exists ({msg})", field="id")
+        return duplicate_id(msg)
     for name, field in _CHECK_FIELDS.items():
         if name in msg:
             return InvalidJob(f"invalid {field}: {msg}", field=field)
