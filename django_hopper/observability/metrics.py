@@ -2,9 +2,10 @@
 
 Counters by queue and kind, histograms of run duration and pickup latency, fed
 by the job signals (:class:`MetricsSink`) into plain per-process totals
-(:class:`Aggregate`, about a microsecond per job) that the exporters read when
-metrics are collected; gauges of queue depth by state and the oldest waiting
-job's age, read from the database when metrics are collected, never per job
+(:class:`Aggregate`: a record appended per attempt event, folded into the
+totals when they are read) that the exporters read when metrics are
+collected; gauges of queue depth by state and the oldest waiting job's age,
+read from the database when metrics are collected, never per job
 (:class:`QueueDepth`: one ``stats()`` call per collection, shared by both
 exporters, cluster-wide); and the gauges of the workers of this process
 (slots, busy slots, claim sizes), read from the workers' own counters at
@@ -51,11 +52,13 @@ from __future__ import annotations
 
 import bisect
 import logging
+import operator
 import threading
 import time
 import weakref
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
+from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -174,14 +177,34 @@ def worker_gauges() -> dict[str, dict[str, float]]:
 # What is recorded per job: plain counts and bucket counts, read at collection
 
 
+#: What an attempt's outcome counts, by the state it ended in.
+_OUTCOMES: dict[str, tuple[str, ...]] = {
+    "completed": ("completed",),
+    "retryable": ("failed", "retried"),
+    "discarded": ("failed", "discarded"),
+    "canceled": ("cancelled",),
+}
+
+
 class Aggregate:
     """This process's job counters and histograms, in plain dicts.
 
-    Recording a job is a few dict operations under one lock (about a
-    microsecond), where a metrics library's instrument costs several per
-    call: the exporters read these totals when metrics are collected, so a
-    job pays for its numbers once whichever exporter (or both) reads them.
+    An attempt's pickup and ending are appended as records to two queues
+    (``deque.append`` is atomic: no lock and no lookup in the job's thread,
+    only the value and its bucket) and folded into the totals when
+    they are read (a scrape, an OpenTelemetry collection) or when
+    :attr:`FOLD_AT` records wait. A read folds first, so it sees every
+    attempt whose signal was sent before it: the numbers are as exact and as
+    prompt as when each attempt was added alone under the lock, for about
+    two thirds of the instructions (the fold counts records by key in one
+    ``Counter`` pass and looks each key up once). The
+    exporters read these totals, so a job pays for its numbers once
+    whichever reads them.
     """
+
+    #: Records waiting before the thread that appends the next folds them:
+    #: bounds the memory of a process whose metrics are never read.
+    FOLD_AT = 1024
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -190,6 +213,11 @@ class Aggregate:
         #: (histogram, queue, kind) -> count per bucket (the last: above every
         #: bound), then the sum of the values.
         self._histograms: dict[tuple[str, str, str], list[float]] = {}
+        #: Pickups not folded yet: (queue, the latency's bucket, the latency).
+        self._pickups: deque[tuple[str, int, float]] = deque()
+        #: Endings not folded yet: (queue, kind, state, the duration's bucket
+        #: or None when unseen, the duration or 0.0).
+        self._endings: deque[tuple[str, str, str, int | None, float]] = deque()
 
     def count(self, event: str, queue: str, kind: str, n: int = 1) -> None:
         """Add ``n`` jobs to an event's count."""
@@ -199,42 +227,102 @@ class Aggregate:
 
     def observe(self, histogram: str, queue: str, kind: str, value: float) -> None:
         """Add one value to a histogram (``kind`` "" for one by queue only)."""
-        bucket = bisect.bisect_left(BUCKETS, value)  # Prometheus' ``le``: value <= bound
-        key = (histogram, queue, kind)
         with self._lock:
-            counts = self._histograms.get(key)
-            if counts is None:
-                counts = self._histograms[key] = [0.0] * (len(BUCKETS) + 2)
-            counts[bucket] += 1
-            counts[-1] += value
+            self._observe(histogram, queue, kind, value)
 
-    def attempt(
-        self, queue: str, kind: str, events: tuple[str, ...], duration: float | None
+    def started(self, job: JobRow) -> None:
+        """Record an attempt's pickup latency (claim less scheduled time), to fold."""
+        attempted_at = job.attempted_at
+        if attempted_at is None:
+            return
+        waited = (attempted_at - job.scheduled_at).total_seconds()
+        if waited < 0.0:  # a clock ahead of the scheduler's makes no negative wait
+            waited = 0.0
+        pickups = self._pickups
+        pickups.append((job.queue, bisect.bisect_left(BUCKETS, waited), waited))
+        if len(pickups) >= self.FOLD_AT:
+            self.fold()
+
+    def finished(
+        self, job: JobRow, state: str, error: BaseException | str | None, duration: float | None
     ) -> None:
-        """Count an attempt's outcome and add its duration, under one lock for both."""
-        bucket = -1 if duration is None else bisect.bisect_left(BUCKETS, duration)
-        counts = self._counts
+        """Record an attempt's outcome and duration (its bucket: None if unseen), to fold."""
+        endings = self._endings
+        if duration is None:  # its start unseen: counted, no duration (0.0 adds nothing)
+            endings.append((job.queue, job.kind, state, None, 0.0))
+        else:  # Prometheus' ``le``: a value equal to a bound counts in that bound's bucket
+            endings.append(
+                (job.queue, job.kind, state, bisect.bisect_left(BUCKETS, duration), duration)
+            )
+        if len(endings) >= self.FOLD_AT:
+            self.fold()
+
+    def fold(self) -> None:
+        """Add the waiting records to the totals (appends may go on meanwhile).
+
+        Records are counted alike first (one ``Counter`` pass in C over a
+        pickup's queue and bucket, an ending's queue, kind, state and bucket),
+        so the lookups and increments are paid once per distinct key, not per
+        job; the sums are added by runs of one key (one C ``sum`` a run).
+        """
         with self._lock:
-            for event in events:
-                key = (event, queue, kind)
-                counts[key] = counts.get(key, 0) + 1
-            if duration is not None:
-                key = ("duration", queue, kind)
-                per_bucket = self._histograms.get(key)
-                if per_bucket is None:
-                    per_bucket = self._histograms[key] = [0.0] * (len(BUCKETS) + 2)
-                per_bucket[bucket] += 1
-                per_bucket[-1] += duration
+            # popleft only, as many as wait now: a record appended meanwhile
+            # waits for the next fold; none is lost or folded twice.
+            take_pickup, take_ending = self._pickups.popleft, self._endings.popleft
+            pickups = [take_pickup() for _ in range(len(self._pickups))]
+            endings = [take_ending() for _ in range(len(self._endings))]
+            for (queue, bucket), n in Counter(map(_QUEUE_BUCKET, pickups)).items():
+                self._buckets("latency", queue, "")[bucket] += n
+            for queue, waits in groupby(pickups, key=_FIRST):
+                self._buckets("latency", queue, "")[-1] += sum(map(_THIRD, waits))
+            if not endings:
+                return
+            counts, histograms = self._counts, self._histograms
+            for (queue, kind, state, bucket), n in Counter(map(_ENDING_KEY, endings)).items():
+                for event in _OUTCOMES.get(state, ()):
+                    key = (event, queue, kind)
+                    counts[key] = counts.get(key, 0) + n
+                if bucket is not None:
+                    self._buckets("duration", queue, kind)[bucket] += n
+            for (queue, kind), ran in groupby(endings, key=_QUEUE_KIND):
+                per_bucket = histograms.get(("duration", queue, kind))
+                if per_bucket is not None:
+                    per_bucket[-1] += sum(map(_DURATION, ran))
+
+    def _buckets(self, histogram: str, queue: str, kind: str) -> list[float]:
+        """Return a histogram's counts per bucket, then its sum (made empty on first use)."""
+        key = (histogram, queue, kind)
+        per_bucket = self._histograms.get(key)
+        if per_bucket is None:
+            per_bucket = self._histograms[key] = [0.0] * (len(BUCKETS) + 2)
+        return per_bucket
+
+    def _observe(self, histogram: str, queue: str, kind: str, value: float) -> None:
+        per_bucket = self._buckets(histogram, queue, kind)
+        per_bucket[bisect.bisect_left(BUCKETS, value)] += 1  # Prometheus' ``le``: value <= bound
+        per_bucket[-1] += value
 
     def counts(self) -> dict[tuple[str, str, str], int]:
-        """Return a copy of the counts."""
+        """Return a copy of the counts, every attempt recorded so far folded in."""
+        self.fold()
         with self._lock:
             return dict(self._counts)
 
     def histograms(self) -> dict[tuple[str, str, str], list[float]]:
-        """Return a copy of the histograms."""
+        """Return a copy of the histograms, every attempt recorded so far folded in."""
+        self.fold()
         with self._lock:
             return {key: list(counts) for key, counts in self._histograms.items()}
+
+
+#: A pickup record's queue, (queue, bucket), latency.
+_FIRST = operator.itemgetter(0)
+_QUEUE_BUCKET = operator.itemgetter(0, 1)
+_THIRD = operator.itemgetter(2)
+#: An ending record's (queue, kind, state, bucket), its (queue, kind), its duration.
+_ENDING_KEY = operator.itemgetter(0, 1, 2, 3)
+_QUEUE_KIND = operator.itemgetter(0, 1)
+_DURATION = operator.itemgetter(4)
 
 
 #: This process's job numbers: the one thing the sink records into.
@@ -485,14 +573,6 @@ class OTelMetrics:
 # ---------------------------------------------------------------------------
 # The sink
 
-#: What an attempt's outcome counts, by the state it ended in.
-_OUTCOMES: dict[str, tuple[str, ...]] = {
-    "completed": ("completed",),
-    "retryable": ("failed", "retried"),
-    "discarded": ("failed", "discarded"),
-    "canceled": ("cancelled",),
-}
-
 
 class MetricsSink(Sink):
     """Count job events and time attempts into the aggregate (and OTel's histograms).
@@ -508,6 +588,10 @@ class MetricsSink(Sink):
     def __init__(self, numbers: Aggregate | None = None, histograms: Any = None) -> None:
         self.numbers = numbers if numbers is not None else aggregate
         self.histograms = histograms
+        if histograms is None:
+            # Per attempt, the hub calls the aggregate's own recorders: no call between.
+            self.started = self.numbers.started  # type: ignore[method-assign]
+            self.finished = self.numbers.finished  # type: ignore[method-assign]
 
     def enqueued(self, sender: Any, jobs: Sequence[JobRow], duplicates: Sequence[JobRow]) -> None:
         """Count inserted jobs (duplicates were not inserted)."""
@@ -517,21 +601,19 @@ class MetricsSink(Sink):
 
     def started(self, job: JobRow) -> None:
         """Record the pickup latency: from the job's scheduled time to its claim."""
-        if job.attempted_at is None:
-            return
-        waited = max((job.attempted_at - job.scheduled_at).total_seconds(), 0.0)
-        self.numbers.observe("latency", job.queue, "", waited)
-        if self.histograms is not None:
-            self.histograms.observe_latency(job.queue, job.kind, waited)
+        self.numbers.started(job)
+        attempted_at = job.attempted_at
+        if self.histograms is not None and attempted_at is not None:
+            waited = (attempted_at - job.scheduled_at).total_seconds()
+            self.histograms.observe_latency(job.queue, job.kind, max(waited, 0.0))
 
     def finished(
         self, job: JobRow, state: str, error: BaseException | str | None, duration: float | None
     ) -> None:
         """Count the attempt's outcome and record its duration."""
-        queue, kind = job.queue, job.kind
-        self.numbers.attempt(queue, kind, _OUTCOMES.get(state, ()), duration)
+        self.numbers.finished(job, state, error, duration)
         if duration is not None and self.histograms is not None:
-            self.histograms.observe_duration(queue, kind, duration)
+            self.histograms.observe_duration(job.queue, job.kind, duration)
 
     def ended(self, jobs: Sequence[JobRow]) -> None:
         """Count jobs ended outside an attempt (expired, rescued out of attempts, canceled)."""

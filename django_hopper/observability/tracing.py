@@ -57,12 +57,30 @@ try:
     #: random-trace-ID flag when the trace ID is random (as the SDK sets them).
     _DEFAULT_FLAGS = TraceFlags(TraceFlags.DEFAULT)
     _RANDOM_FLAGS = TraceFlags(TraceFlags.DEFAULT | getattr(TraceFlags, "RANDOM_TRACE_ID", 0))
+    #: The trace state of a span context made without one.
+    _NO_STATE = SpanContext(1, 1, is_remote=False).trace_state
+    #: The key a context holds its current span under (the API's own, asked once).
+    _SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, _ROOT)))
 except ImportError:  # pragma: no cover - the extra is not installed
     trace = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
     from django_hopper.engine.params import JobInsertParams
     from django_hopper.types import JobRow
+
+_new_tuple = tuple.__new__
+
+
+def _current_in(span: Any, parent: Any) -> Any:
+    """Return ``parent`` with ``span`` current, as ``trace.set_span_in_context`` does.
+
+    Under the empty root context (a trace's first span), the context is made
+    in one step: the API's copy of an empty context costs an attempt more.
+    """
+    if parent is _ROOT:
+        return otel_context.Context({_SPAN_KEY: span})
+    return trace.set_span_in_context(span, parent)
+
 
 #: The metadata key the enqueue span's context is stored under.
 METADATA_KEY = "otel"
@@ -236,12 +254,18 @@ class _Decider:
             span_id = random.getrandbits(64)
             while not span_id:
                 span_id = random.getrandbits(64)
-        else:
-            span_id = self.ids.generate_span_id()
+            # Both IDs are nonzero and in range: the context is valid, made
+            # as SpanContext makes it without its checks (a Python __new__).
+            return NonRecordingSpan(
+                _new_tuple(
+                    SpanContext,
+                    (trace_id, span_id, False, flags, state or _NO_STATE, True),
+                )
+            )
         return NonRecordingSpan(
             SpanContext(
                 trace_id,
-                span_id,
+                self.ids.generate_span_id(),
                 is_remote=False,
                 trace_flags=flags,
                 trace_state=state,
@@ -423,7 +447,7 @@ class TracingSink(Sink):
             if dropped is not None:
                 # The sampler drops the attempt, decided as the SDK decides:
                 # its non-recording span is current, no span object of the SDK.
-                otel_context.attach(trace.set_span_in_context(dropped, parent))
+                otel_context.attach(_current_in(dropped, parent))
                 self._thread.unsampled = job
                 return
             tracer = decider.tracer  # the one that starts a root with the ID drawn to decide

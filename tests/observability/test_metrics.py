@@ -234,6 +234,89 @@ def test_metrics_sink__without_otel_records_nothing_but_the_aggregate():
     assert numbers.counts() == {("completed", "q", "k"): 1}
 
 
+def _row(queue: str = "q", kind: str = "k", waited: float = 0.0) -> Any:
+    from django_hopper.types import JobRow
+
+    now = dt.datetime.now(dt.UTC)
+    return JobRow(
+        id=None,  # type: ignore[arg-type]
+        kind=kind,
+        queue=queue,
+        state="running",
+        priority=0,
+        attempt=1,
+        max_attempts=3,
+        scheduled_at=now - dt.timedelta(seconds=waited),
+        created_at=now - dt.timedelta(seconds=waited),
+        attempted_at=now,
+    )
+
+
+def test_aggregate__a_read_sees_every_attempt_recorded_before_it_by_queue_and_kind():
+    numbers = metrics.Aggregate()
+    a, b = _row("q", "a", waited=2.0), _row("r", "b")
+    for job, state, duration in [
+        (a, "completed", 0.25),
+        (b, "completed", 0.5),
+        (a, "retryable", 2.0),
+        (a, "completed", 0.25),
+        (b, "discarded", None),  # its start unseen: counted, no duration
+    ]:
+        numbers.started(job)
+        numbers.finished(job, state, None, duration)
+    assert numbers.counts() == {
+        ("completed", "q", "a"): 2,
+        ("failed", "q", "a"): 1,
+        ("retried", "q", "a"): 1,
+        ("completed", "r", "b"): 1,
+        ("failed", "r", "b"): 1,
+        ("discarded", "r", "b"): 1,
+    }
+    histograms = numbers.histograms()
+    by_a, by_b = histograms[("duration", "q", "a")], histograms[("duration", "r", "b")]
+    assert sum(by_a[:-1]) == 3 and by_a[-1] == pytest.approx(2.5)
+    assert by_a[metrics.BUCKETS.index(0.25)] == 2 and by_a[metrics.BUCKETS.index(2.5)] == 1
+    assert sum(by_b[:-1]) == 1 and by_b[-1] == pytest.approx(0.5)
+    latency = histograms[("latency", "q", "")]
+    assert sum(latency[:-1]) == 3 and latency[-1] == pytest.approx(6.0)
+    assert latency[metrics.BUCKETS.index(2.5)] == 3
+    numbers.finished(a, "completed", None, 0.25)  # recorded after a read: seen by the next
+    assert numbers.counts()[("completed", "q", "a")] == 3
+
+
+def test_aggregate__counts_every_attempt_of_threads_recording_while_it_is_read():
+    import threading
+
+    numbers = metrics.Aggregate()
+    numbers.FOLD_AT = 64  # the recording threads fold too
+    job, per_thread, threads = _row(), 3000, 4
+    done = threading.Event()
+
+    def record() -> None:
+        for _ in range(per_thread):
+            numbers.started(job)
+            numbers.finished(job, "completed", None, 0.001)
+
+    def read() -> None:
+        while not done.is_set():
+            numbers.counts()
+            numbers.histograms()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    workers = [threading.Thread(target=record) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    done.set()
+    reader.join()
+    assert numbers.counts() == {("completed", "q", "k"): per_thread * threads}
+    histograms = numbers.histograms()
+    assert sum(histograms[("duration", "q", "k")][:-1]) == per_thread * threads
+    assert sum(histograms[("latency", "q", "")][:-1]) == per_thread * threads
+
+
 @pytest.mark.parametrize(
     ("setting", "sdk", "expected"),
     [
