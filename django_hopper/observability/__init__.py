@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Mapping, Sequence
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from django_hopper import signals
@@ -92,6 +92,10 @@ def sinks() -> list[Sink]:
 #: sinks were added; rebuilt when a sink is added or removed, so that an event
 #: costs one call per interested sink and no lookups.
 _handlers: dict[str, tuple[Any, ...]] = {}
+#: ``_handlers["started"]`` and ``_handlers["finished"]``, read per attempt
+#: without the dict's lookup.
+_started_handlers: tuple[Any, ...] = ()
+_finished_handlers: tuple[Any, ...] = ()
 
 
 def _failed(handler: Any) -> None:
@@ -128,8 +132,8 @@ def _on_enqueued(
 
 def _on_started(sender: Any, job: JobRow, **kwargs: Any) -> None:
     # Per attempt, in the job's thread: no result list, no lookups.
-    _starts[id(job)] = (job, time.perf_counter())
-    for handler in _handlers.get("started", ()):
+    _starts[id(job)] = (job, perf_counter())
+    for handler in _started_handlers:
         try:
             handler(job)
         except Exception:
@@ -145,8 +149,8 @@ def _on_finished(
     **kwargs: Any,
 ) -> None:
     start = _starts.pop(id(job), None)
-    duration = None if start is None else time.perf_counter() - start[1]
-    for handler in _handlers.get("finished", ()):
+    duration = None if start is None else perf_counter() - start[1]
+    for handler in _finished_handlers:
         try:
             handler(job, state, error, duration)
         except Exception:
@@ -184,10 +188,12 @@ _RECEIVERS: dict[str, tuple[Signal, Any]] = {
 
 
 def _rewire() -> None:
+    global _started_handlers, _finished_handlers
     wanted = set().union(*(s.wants for s in _sinks)) if _sinks else set()
     _handlers.clear()
     for event in _RECEIVERS:
         _handlers[event] = tuple(getattr(s, event) for s in _sinks if event in s.wants)
+    _started_handlers, _finished_handlers = _handlers["started"], _handlers["finished"]
     for event, (signal, receiver) in _RECEIVERS.items():
         uid = f"django_hopper.observability.{event}"
         if event in wanted:

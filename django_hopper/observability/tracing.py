@@ -71,6 +71,27 @@ if TYPE_CHECKING:
 _new_tuple = tuple.__new__
 
 
+def _make_current() -> Any:
+    """Return what makes a context current: ``otel_context.attach``, or what it calls.
+
+    With the API's default runtime context (a ``ContextVar``), its variable's
+    own ``set``: the two Python calls in between cost each attempt twice (its
+    context made current, then the root's). Any other runtime context is
+    left to ``attach``.
+    """
+    try:
+        from opentelemetry.context import _RUNTIME_CONTEXT  # noqa: PLC0415 - optional dependency
+        from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - an API without them
+        return otel_context.attach
+    variable = getattr(_RUNTIME_CONTEXT, "_current_context", None)
+    if type(_RUNTIME_CONTEXT) is ContextVarsRuntimeContext and callable(
+        getattr(variable, "set", None)
+    ):
+        return variable.set  # type: ignore[union-attr]
+    return otel_context.attach
+
+
 def _current_in(span: Any, parent: Any) -> Any:
     """Return ``parent`` with ``span`` current, as ``trace.set_span_in_context`` does.
 
@@ -336,6 +357,8 @@ class TracingSink(Sink):
             "django_hopper", __version__, tracer_provider=tracer_provider
         )
         self._provider = tracer_provider
+        #: Makes a context current (for the per-attempt unsampled paths).
+        self._attach = _make_current()
         #: (the provider asked, whether its sampler drops every child of an
         #: unsampled remote parent): asked once per provider.
         self._drops: tuple[Any, bool] = (None, False)
@@ -431,7 +454,7 @@ class TracingSink(Sink):
                 if not stored.trace_flags.sampled and self._drops_unsampled():
                     # Unsampled, and the sampler would drop the attempt: make the
                     # stored context current as it is, without asking the SDK.
-                    otel_context.attach(remote)
+                    self._attach(remote)
                     self._thread.unsampled = job
                     return
                 parent, parent_span = remote, stored
@@ -447,7 +470,7 @@ class TracingSink(Sink):
             if dropped is not None:
                 # The sampler drops the attempt, decided as the SDK decides:
                 # its non-recording span is current, no span object of the SDK.
-                otel_context.attach(_current_in(dropped, parent))
+                self._attach(_current_in(dropped, parent))
                 self._thread.unsampled = job
                 return
             tracer = decider.tracer  # the one that starts a root with the ID drawn to decide
@@ -537,7 +560,7 @@ class TracingSink(Sink):
             # end, its context to leave. Ended elsewhere (a timeout, from the
             # worker's thread), the thread's next attempt replaces the context.
             thread.unsampled = None
-            otel_context.attach(_ROOT)
+            self._attach(_ROOT)
             return
         entry = self._running.pop((job.id, job.fence), None)
         if entry is None:

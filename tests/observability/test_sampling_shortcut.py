@@ -233,3 +233,29 @@ def test_tracing__jobs_without_a_trace_are_sampled_by_their_trace_id(tx_engine, 
             assert span.context.trace_id & (2**64 - 1) < bound
     # 40 roots at 0.5: all recorded or none would be a broken decision.
     assert 0 < len(recorded) < len(ids)
+
+
+def test_make_current__sets_the_apis_context_variable_as_attach_does():
+    context = otel_context.Context({"hopper-test": 1})
+    make_current = tracing._make_current()
+    token = otel_context.attach(tracing._ROOT)
+    try:
+        make_current(context)
+        assert otel_context.get_current() is context
+    finally:
+        otel_context.detach(token)
+
+
+def test_make_current__leaves_another_runtime_context_to_attach(monkeypatch: pytest.MonkeyPatch):
+    class Elsewhere(otel_context.context._RuntimeContext):  # type: ignore[misc]
+        def attach(self, context: Any) -> Any:
+            return None
+
+        def get_current(self) -> Any:
+            return tracing._ROOT
+
+        def detach(self, token: Any) -> None:
+            pass
+
+    monkeypatch.setattr(otel_context, "_RUNTIME_CONTEXT", Elsewhere())
+    assert tracing._make_current() is otel_context.attach
