@@ -13,6 +13,14 @@ machine moves the medians but hardly the minima. The parts:
   statement stubbed out (hopper's Python alone);
 - Django's ``atomic()`` entered and left around nothing.
 
+``--callgrind raw|atomic|autocommit`` only makes ``--n`` calls of one of
+them (the raw insert, ``enqueue()`` in ``atomic()``, ``enqueue()`` alone)
+after a warm-up, for valgrind: the client's machine instructions per call,
+which no load moves, are (instructions with N - with 0) / N::
+
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        python -m bench.enqueue_parts --callgrind atomic --n 1000   # and --n 0
+
 PostgreSQL only. Uses ``bench/settings.py``'s database (``BENCH_PG_DB``).
 """
 
@@ -190,6 +198,38 @@ def parts(n: int, rounds: int, flush: bool = True) -> dict[str, tuple[float, flo
     return out
 
 
+def calls_only(case: str, n: int) -> None:
+    """Make ``n`` calls of one case after 20 of warm-up, and nothing else (for callgrind)."""
+    import psycopg
+    from django.db import connection, transaction
+
+    from bench import raw
+    from bench.jobs import noop
+
+    connection.ensure_connection()
+    cur = psycopg.RawCursor(connection.connection)
+    raw_sql = (
+        f"INSERT INTO hopper_job ({raw.INSERT_COLS}) VALUES "
+        "($1, $2, 'bench', $3, $4, $5, $6, now(), 0, $7::jsonb, '{}', '[]', '[]', false, now())"
+    )
+
+    def raw_insert() -> None:
+        row = raw._insert_row("postgresql")
+        cur.execute(raw_sql, (row[0], row[1], *row[3:], raw.ARGS_JSON), prepare=True)
+
+    def in_atomic() -> None:
+        with transaction.atomic():
+            noop.enqueue()
+
+    call = {"raw": raw_insert, "atomic": in_atomic, "autocommit": noop.enqueue}[case]
+    if case == "raw":
+        connection.connection.autocommit = True
+    for _ in range(20):
+        call()
+    for _ in range(n):
+        call()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the parts of one enqueue, µs per call (minimum and median)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -198,12 +238,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-flush", action="store_true", help="commits do not wait for the WAL flush"
     )
+    parser.add_argument(
+        "--callgrind",
+        choices=("raw", "atomic", "autocommit"),
+        default=None,
+        help="only make --n calls of this case (0: none), for valgrind --tool=callgrind",
+    )
     args = parser.parse_args(argv)
     if not setup_postgres("bench.enqueue_parts"):
         return 2
     from django.db import connection
 
     try:
+        if args.callgrind is not None:
+            calls_only(args.callgrind, args.n)
+            return 0
         out = parts(args.n, args.rounds, flush=not args.no_flush)
         for label, (low, mid) in out.items():
             print(f"{label:<48} min {low:7.1f} µs   median {mid:7.1f} µs")

@@ -6,13 +6,32 @@ import uuid
 
 import uuid_utils
 
+_new = object.__new__
+_set = object.__setattr__
+_UUID = uuid.UUID
+_SAFE_UNKNOWN = uuid.SafeUUID.unknown
+_from_bytes = int.from_bytes
+
+
+def _from_int(value: int) -> uuid.UUID:
+    """Return ``uuid.UUID(int=value)`` without its constructor's argument checks.
+
+    The value is read from uuid_utils' 16 bytes (faster than its ``int``),
+    so there is nothing to check; the constructor's checks cost more than
+    making the ID.
+    """
+    made = _new(_UUID)
+    _set(made, "int", value)
+    _set(made, "is_safe", _SAFE_UNKNOWN)
+    return made
+
 
 def new_id() -> uuid.UUID:
     """Return a new UUIDv7 as a standard ``uuid.UUID``."""
-    return uuid.UUID(bytes=uuid_utils.uuid7().bytes)
+    return _from_int(_from_bytes(uuid_utils.uuid7().bytes))
 
 
 def new_ids(n: int) -> list[uuid.UUID]:
     """Return ``n`` new, increasing UUIDv7s."""
     make = uuid_utils.uuid7
-    return [uuid.UUID(bytes=make().bytes) for _ in range(n)]
+    return [_from_int(_from_bytes(make().bytes)) for _ in range(n)]

@@ -29,7 +29,7 @@ import functools
 import inspect
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, ParamSpec, TypeAlias, TypeVar, overload
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
@@ -54,7 +54,7 @@ from django_hopper.types import ConflictAction
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine
-    from django_hopper.engine.params import JobInsertOpts, JobInsertParams
+    from django_hopper.engine.params import JobInsertOpts, JobInsertParams, JobInsertResult
     from django_hopper.types import JobRow
 
 P = ParamSpec("P")
@@ -412,10 +412,6 @@ class JobFunction(Generic[P, R]):
         arguments are checked after the options (as ``_with_args`` checks
         them after the template) and the params built at once, not copied.
         """
-        # Imported here: importing the public API (``from django_hopper import job``)
-        # must not load the engine layer, which needs settings.
-        from django_hopper.engine.params import JobInsertParams  # noqa: PLC0415 - keeps `from django_hopper import job` from loading the engine
-
         opts = self.options
         scheduled_at: dt.datetime | None = None
         if isinstance(opts.run_after, dt.timedelta):
@@ -424,7 +420,7 @@ class JobFunction(Generic[P, R]):
             scheduled_at = now + opts.run_after
         elif opts.run_after is not None:
             scheduled_at = opts.run_after
-        return JobInsertParams(
+        return _engine_layer().make_params(
             kind=self.kind,
             queue=validation.queue_name(self.queue),
             priority=validation.priority(self.priority),
@@ -589,10 +585,7 @@ def _insert(entries: Sequence[_Entry]) -> list[JobHandle]:
     A job joins the transaction of its queue's alias. Jobs for queues on
     several aliases are written per alias, each alias's part atomic on its own.
     """
-    # Imported here: the engine layer loads on the first enqueue, not with ``@job``
-    # (importing the public API must not need settings).
-    from django_hopper.engine import get_engine  # noqa: PLC0415 - keeps `from django_hopper import job` from loading the engine
-
+    get_engine = _engine_layer().get_engine
     if len(entries) == 1:  # every enqueue(): one job, one alias
         return _insert_on(get_engine(queue_alias(entries[0][1].queue)), entries)
     by_alias: dict[str, list[int]] = {}
@@ -619,11 +612,8 @@ def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]
     group, the groups are written in one atomic block, and the IDs are made
     here in input order, as ID order is creation order.
     """
-    # Imported here: the engine layer loads on the first enqueue, not with ``@job``
-    # (importing the public API must not need settings).
-    from django_hopper.engine.params import JobInsertOpts, JobInsertResult  # noqa: PLC0415 - keeps `from django_hopper import job` from loading the engine
-
-    skip_opts = _skip_opts()
+    layer = _engine_layer()
+    skip_opts = layer.skip_opts
     if len(entries) == 1 and entries[0][1].unique_key is None:
         # One job without a unique key (every plain enqueue()): one insert, what
         # the general path below does for it, without its grouping.
@@ -656,7 +646,7 @@ def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]
         # One multi-row statement takes plain and unique jobs alike.
         skip = sorted(plain + skip) if skip else plain
         plain = []
-    replace_opts = JobInsertOpts(notify=True, on_conflict=ConflictAction.REPLACE)
+    replace_opts = layer.make_opts(notify=True, on_conflict=ConflictAction.REPLACE)
     groups = [
         (group, insert, opts)
         for group, insert, opts in (
@@ -690,7 +680,7 @@ def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]
     for i, j in repeats.items():
         held = results[j]
         assert held is not None
-        results[i] = JobInsertResult(job=held.job, duplicate=True)
+        results[i] = layer.make_result(job=held.job, duplicate=True)
     alias = engine.alias
     handles: list[JobHandle] = []
     for settled in results:
@@ -709,13 +699,40 @@ def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]
     return handles
 
 
-@functools.cache
-def _skip_opts() -> JobInsertOpts:
-    """Return the insert options of an enqueue without ``replace``, made once (immutable)."""
-    # Imported here, as in _insert_on: the engine layer loads on the first enqueue.
-    from django_hopper.engine.params import JobInsertOpts  # noqa: PLC0415 - keeps `from django_hopper import job` from loading the engine
+class _EngineLayer(NamedTuple):
+    """What the enqueue API uses of the engine layer, imported on the first enqueue."""
 
-    return JobInsertOpts(notify=True, on_conflict=ConflictAction.SKIP)
+    get_engine: Callable[[str | None], BaseEngine]
+    make_params: type[JobInsertParams]
+    make_opts: type[JobInsertOpts]
+    make_result: type[JobInsertResult]
+    #: The insert options of an enqueue without ``replace`` (immutable, made once).
+    skip_opts: JobInsertOpts
+
+
+@functools.cache
+def _engine_layer() -> _EngineLayer:
+    """Import the engine layer once and return what the enqueue API uses of it.
+
+    Importing the public API (``from django_hopper import job``) must not load
+    the engine layer, which needs settings; an ``import`` statement run on
+    every enqueue instead cost about a microsecond each (Python looks the
+    module's spec up again), and an enqueue ran three.
+    """
+    from django_hopper.engine import get_engine  # noqa: PLC0415 - keeps `from django_hopper import job` from loading the engine
+    from django_hopper.engine.params import (  # noqa: PLC0415 - keeps `from django_hopper import job` from loading the engine
+        JobInsertOpts,
+        JobInsertParams,
+        JobInsertResult,
+    )
+
+    return _EngineLayer(
+        get_engine,
+        JobInsertParams,
+        JobInsertOpts,
+        JobInsertResult,
+        JobInsertOpts(notify=True, on_conflict=ConflictAction.SKIP),
+    )
 
 
 def _rebuild(kind: str, overrides: dict[str, Any]) -> JobFunction[Any, Any]:

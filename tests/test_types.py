@@ -5,6 +5,7 @@ No database: these are plain values.
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 import uuid
@@ -14,6 +15,7 @@ import pytest
 from django_hopper import validation
 from django_hopper.engine import topics
 from django_hopper.exceptions import InvalidJob
+from django_hopper.ids import new_id, new_ids
 from django_hopper.types import (
     FINAL_STATES,
     LIVE_STATES,
@@ -98,3 +100,15 @@ def test_control_message__payload_keeps_the_wire_format() -> None:
 def test_names__with_a_trailing_newline_are_refused(check: object, value: str) -> None:
     with pytest.raises(InvalidJob):
         check(value)  # type: ignore[operator]
+
+
+def test_new_ids__standard_uuids_version_7_increasing() -> None:
+    made = [*new_ids(50), new_id()]
+    assert made == sorted(made)
+    for value in made:
+        assert type(value) is uuid.UUID
+        assert value.version == 7
+        assert value.is_safe is uuid.SafeUUID.unknown
+        assert value == uuid.UUID(str(value))
+        assert hash(value) == hash(uuid.UUID(str(value)))
+        assert pickle.loads(pickle.dumps(value)) == value

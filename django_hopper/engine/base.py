@@ -333,7 +333,11 @@ class BaseEngine(ABC):
         checks.insert_opts(opts)
         for p in params:
             checks.insert(p)
-        if not any(p.batch_id is not None and p.unique_key is not None for p in params):
+        if len(params) == 1:  # every enqueue(): no generator to run over one input
+            counts = params[0].batch_id is not None and params[0].unique_key is not None
+        else:
+            counts = any(p.batch_id is not None and p.unique_key is not None for p in params)
+        if not counts:
             return self._job_insert_many(params, opts)
         with transaction.atomic(using=self.alias):
             results = self._job_insert_many(params, opts)

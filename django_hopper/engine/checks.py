@@ -150,10 +150,15 @@ def insert(p: JobInsertParams, *, copy: bool = False) -> None:
         validation.aware(p.scheduled_at, "scheduled_at")
     if p.ttl is not None:
         validation.positive_duration(p.ttl, "ttl")
-    validation.key(p.unique_key, "unique_key")
-    validation.key(p.ordering_key, "ordering_key")
-    validation.key(p.partition_key, "partition_key")
-    validation.key(p.subject, "subject")
+    # The keys most jobs leave unset are tested here, not called into.
+    if p.unique_key is not None:
+        validation.key(p.unique_key, "unique_key")
+    if p.ordering_key is not None:
+        validation.key(p.ordering_key, "ordering_key")
+    if p.partition_key is not None:
+        validation.key(p.partition_key, "partition_key")
+    if p.subject is not None:
+        validation.key(p.subject, "subject")
     tags = p.tags
     if (type(tags) is not tuple or tags) and not _good_tags(tags):  # most jobs have none
         raise InvalidJob(f"tags must be non-empty strings without NUL, not {tags!r}", field="tags")

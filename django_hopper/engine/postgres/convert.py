@@ -164,7 +164,7 @@ def inserted_job(p: JobInsertParams, arrays: dict[str, Any], i: int, r: Sequence
         max_attempts=p.max_attempts,
         scheduled_at=r[2],
         created_at=r[4],
-        args=json.loads(arrays["args"][i]),
+        args=load_json(arrays["args"][i]),
         metadata=load_json(arrays["metadata"][i]),
         unique_key=p.unique_key,
         ordering_key=p.ordering_key,

@@ -61,9 +61,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Literal
 
 import psycopg
 from django.conf import settings
@@ -71,6 +71,7 @@ from django.db import Error as DjangoDatabaseError
 from django.db import InterfaceError as DjangoInterfaceError
 from django.db import OperationalError as DjangoOperationalError
 from django.db import transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from psycopg import abc
 from psycopg.adapt import Transformer
 from psycopg.errors import error_from_result
@@ -189,11 +190,16 @@ def statement_name(text: bytes) -> bytes:
 
 
 def _sends_begin(raw: psycopg.Connection[Any]) -> bool:
-    """Return whether psycopg would send a plain ``BEGIN`` of its own before the next statement."""
+    """Return whether psycopg would send a plain ``BEGIN`` of its own before the next statement.
+
+    Read from ``pgconn`` where psycopg's properties would build an object per
+    read (``info``), the cheap and most often decisive tests first.
+    """
+    pgconn = raw.pgconn
     return (
-        not raw.autocommit
-        and raw.info.transaction_status == _IDLE
-        and raw.pgconn.pipeline_status == _PIPELINE_OFF
+        pgconn.transaction_status == _IDLE
+        and not raw.autocommit
+        and pgconn.pipeline_status == _PIPELINE_OFF
         and raw.isolation_level is None
         and raw.read_only is None
         and raw.deferrable is None
@@ -259,15 +265,27 @@ def _connection_lost(exc: BaseException, state: str | None) -> bool:
     )
 
 
-@contextmanager
-def db_errors() -> Iterator[None]:
-    """Translate driver errors raised in the block into hopper exceptions."""
-    try:
-        yield
-    except HopperError:
-        raise
-    except (DjangoDatabaseError, psycopg.Error) as exc:
-        raise translate(exc) from exc
+class db_errors:
+    """Translate driver errors raised in the block into hopper exceptions.
+
+    A class rather than a ``@contextmanager`` generator: every statement runs
+    inside one, and entering and leaving a generator-based block costs six
+    Python calls against two.
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> Literal[False]:
+        if isinstance(exc, DjangoDatabaseError | psycopg.Error) and not isinstance(
+            exc, HopperError
+        ):
+            raise translate(exc) from exc
+        return False
 
 
 def _has_rows(cursor: psycopg.Cursor[Any]) -> bool:
@@ -287,15 +305,20 @@ class PostgresSupport(BaseEngine):
         """
         return transaction.atomic(using=self.alias, savepoint=False)
 
-    def _prepared_cursor(self) -> psycopg.Cursor[Any] | None:
+    def _prepared_cursor(
+        self, conn: BaseDatabaseWrapper | None = None
+    ) -> psycopg.Cursor[Any] | None:
         """Return a server-binding cursor on Django's connection, or None to use Django's.
 
         None when prepared statements are off for the alias
         (:func:`django_hopper.topology.prepares`), or when Django logs queries or
         has execute wrappers (DEBUG, CaptureQueriesContext, instrumentation),
-        which only see statements sent through its own cursor.
+        which only see statements sent through its own cursor. ``conn``: the
+        alias's Django connection when the caller has it already (each lookup
+        goes through Django's per-thread storage).
         """
-        conn = self.connection
+        if conn is None:
+            conn = self.connection
         if conn.queries_logged or conn.execute_wrappers or not prepares(self.alias):
             return None
         # What Django's cursor() and execute() check before a statement.
@@ -346,25 +369,26 @@ class PostgresSupport(BaseEngine):
         in the same round trip (see the module docstring).
         """
         with db_errors():
-            cursor = self._prepared_cursor() if prepare else None
-            if cursor is not None and begin and _sends_begin(cursor.connection):
-                with self.connection.wrap_database_errors:
-                    return self._run_with_begin(cursor, sql or QUERIES[name], params)
-            if cursor is not None and generic_plan:
-                raw = cursor.connection
+            conn = self.connection
+            cursor = self._prepared_cursor(conn) if prepare else None
+            if cursor is not None:
+                raw = conn.connection
+                if begin and _sends_begin(raw):
+                    with conn.wrap_database_errors:
+                        return self._run_with_begin(conn, cursor, sql or QUERIES[name], params)
                 if (
-                    raw.autocommit
-                    and raw.info.transaction_status == _IDLE
+                    generic_plan
+                    and raw.autocommit
+                    and raw.pgconn.transaction_status == _IDLE
                     and psycopg.Pipeline.is_supported()
                 ):
-                    with self.connection.wrap_database_errors:
+                    with conn.wrap_database_errors:
                         return self._run_generic(cursor, sql or QUERIES[name], params)
-            if cursor is not None:
                 text, names = raw_query(sql or QUERIES[name])
-                with self.connection.wrap_database_errors:
+                with conn.wrap_database_errors:
                     cursor.execute(text, [params[n] for n in names], prepare=not plan_each)
                     return cursor.fetchall() if _has_rows(cursor) else []
-            with self.connection.cursor() as django_cursor:
+            with conn.cursor() as django_cursor:
                 django_cursor.execute(sql or QUERIES[name], params)
                 if django_cursor.description is None:
                     return []
@@ -388,7 +412,11 @@ class PostgresSupport(BaseEngine):
         return cursor.fetchall()
 
     def _run_with_begin(
-        self, cursor: psycopg.Cursor[Any], sql: str, params: Mapping[str, Any]
+        self,
+        conn: BaseDatabaseWrapper,
+        cursor: psycopg.Cursor[Any],
+        sql: str,
+        params: Mapping[str, Any],
     ) -> list[tuple[Any, ...]]:
         """Open the transaction and run the statement in one simple query; return its rows.
 
@@ -403,10 +431,9 @@ class PostgresSupport(BaseEngine):
         runs again, in one more round trip. ``PQexec`` waits without holding
         the GIL.
         """
-        raw = cursor.connection
+        raw = conn.connection
         text, names = raw_query(sql)
         name = statement_name(text)
-        conn = self.connection
         state: tuple[Any, set[bytes], abc.Transformer] | None = getattr(conn, "_hopper_named", None)
         if state is None or state[0] is not raw:
             state = (raw, set(), Transformer(cursor))
