@@ -226,7 +226,8 @@ class JobContext:
         goes on and ends as it would have. Outside a transaction the
         completion commits at once. Raises JobFenced, writing nothing, when
         the attempt no longer owns the job, and InvalidJob for an output that
-        is not JSON or a resumable pass (which ends by returning ``Pass``).
+        is not JSON or a resumable pass (which ends by returning ``Pass``), and
+        once the attempt has ended (from a thread the job left running).
         """
         if self.completion is None or self.progress_owner is not None:
             raise InvalidJob(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import random
 
 import pytest
@@ -18,6 +19,7 @@ from django_hopper.engine.params import (
 )
 from django_hopper.exceptions import InvalidJob, JobFenced, JobLocked
 from django_hopper.retry import backoff
+from django_hopper.worker.execution import Execution
 from tests.engine_conformance.test_concurrency import row_held
 from tests.support.runtime import get, insert, insert_kind, wait_for
 from tests.testapp import jobs
@@ -427,3 +429,23 @@ def test_a_timed_out_attempt_holding_its_own_row_does_not_hold_up_other_results(
     row = get(tx_engine, held)
     assert row.state == "retryable" and row.errors[0].error == "timed out after 0.3s"
     assert (row.progress.step, row.progress.cursor) == ("held", 1)
+
+
+def test_an_ended_attempt_leaves_no_reference_cycle_behind(tx_engine, make_worker):
+    # The cyclic collector's full collections stop every thread of a worker:
+    # an attempt's objects are freed by their reference counts when it ends.
+    for n in range(3):
+        insert(tx_engine, jobs.add, n, 1)
+    worker = make_worker(queues={"default": 1})  # one job thread, the attempts in turn
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        assert sum(worker.run_once() for _ in range(3)) == 3
+        gc.collect()
+        cyclic = [o for o in gc.garbage if isinstance(o, (Execution, JobContext))]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert cyclic == []
