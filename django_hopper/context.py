@@ -225,9 +225,9 @@ class JobContext:
         afterwards is ignored. If it rolls back, nothing happened: the attempt
         goes on and ends as it would have. Outside a transaction the
         completion commits at once. Raises JobFenced, writing nothing, when
-        the attempt no longer owns the job, and InvalidJob for an output that
-        is not JSON or a resumable pass (which ends by returning ``Pass``), and
-        once the attempt has ended (from a thread the job left running).
+        the attempt no longer owns the job (also once the attempt has ended,
+        from a thread the job left running), and InvalidJob for an output that
+        is not JSON or a resumable pass (which ends by returning ``Pass``).
         """
         if self.completion is None or self.progress_owner is not None:
             raise InvalidJob(
@@ -236,6 +236,17 @@ class JobContext:
                 field="complete",
             )
         self.completion(validation.json_normalize(output, "output"))
+
+    def end(self) -> None:
+        """Let go of the attempt's completion once the attempt has ended.
+
+        The completion refers to the execution, which refers to this context:
+        dropping it frees the attempt's objects by their reference counts,
+        never by the cyclic collector, whose full collections stop every
+        thread of the worker. A ``complete()`` after this raises JobFenced:
+        the attempt no longer owns the job.
+        """
+        self.completion = _attempt_ended
 
     def lost_claim(self) -> None:
         """Record that the attempt learned it no longer owns the job."""
@@ -281,3 +292,8 @@ class JobContext:
 
     def __repr__(self) -> str:
         return f"<JobContext {self.job.kind} {self.job.id} attempt={self.job.attempt}>"
+
+
+def _attempt_ended(output: JSON) -> None:
+    """Refuse to complete an attempt that has ended (a module function: it holds nothing)."""
+    raise JobFenced("the attempt has ended: complete() came after its result")

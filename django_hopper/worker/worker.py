@@ -333,13 +333,10 @@ class Worker:
     def _on_done(self, ex: Execution, result: JobFinalize | None) -> None:
         """Hand a settled result to the completer (None: decided already) and free the slot.
 
-        The context's completion goes: it refers to the execution, which refers
-        to the context, and that cycle left every attempt's objects (the
-        execution, its context, locks and job row) to the cyclic collector,
-        whose full collections stop every thread of the worker. Without it they
-        are freed here; a ``complete()`` once the attempt has ended is refused.
+        The context lets go of its completion (``JobContext.end``), so the
+        attempt's objects are freed by their reference counts.
         """
-        ex.context.completion = None
+        ex.context.end()
         if result is not None:
             self.completer.add(ex.job, result)
         with self._exec_lock:

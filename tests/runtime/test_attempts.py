@@ -449,3 +449,27 @@ def test_an_ended_attempt_leaves_no_reference_cycle_behind(tx_engine, make_worke
         gc.garbage.clear()
         gc.enable()
     assert cyclic == []
+
+
+def test_complete_after_the_attempt_ended_is_fenced_and_writes_nothing(
+    tx_engine, make_worker, monkeypatch
+):
+    # A thread the job left running calls complete() once the attempt is over.
+    from django_hopper.worker.worker import Worker
+
+    contexts: list[JobContext] = []
+    on_done = Worker._on_done
+
+    def keep_context(self, ex, result):
+        contexts.append(ex.context)
+        on_done(self, ex, result)
+
+    monkeypatch.setattr(Worker, "_on_done", keep_context)
+    job = insert(tx_engine, jobs.add, 2, 3)
+    worker = make_worker(queues={"default": 1})
+    assert worker.run_once() == 1
+
+    with pytest.raises(JobFenced):
+        contexts[0].complete("late")
+    row = get(tx_engine, job)
+    assert (row.state, row.output) == ("completed", 5)
