@@ -225,3 +225,21 @@ def test_after_a_full_claim_the_next_waits_for_room_while_buffered_jobs_feed_the
     assert producer.take_buffered(held[2].id) is not None
     assert producer.claim_once() == 2
     assert [j.id for j, _at in producer.buffer] == [h.id for h in (held[3], held[4], *held[5:7])]
+
+
+def test_a_claim_after_one_that_did_not_fill_its_room_takes_four_jobs_a_slot_ahead(
+    tx_engine, make_worker
+):
+    for _ in range(30):
+        insert(tx_engine, jobs.rt_hold, 2.0)
+    with override_settings(HOPPER={"CLAIM_AHEAD": 100}):
+        worker = make_worker(queues={"default": 2})
+    producer = worker.producers["default"]
+    producer.mean_run = 0.0
+
+    # The first claim (as a wake-up's for one new job would be) takes the smaller limit...
+    assert producer.claim_once() == 2 + producer_module.IDLE_AHEAD_PER_SLOT * 2
+    assert producer.full
+    # ...and once a claim came back full, the next takes the whole buffer's room.
+    assert producer.claim_once() == 30 - 10
+    assert len(producer.buffer) == 28
