@@ -39,6 +39,26 @@ _BOUND = "raw one-row insert, autocommit (bound)"
 _IN_ATOMIC = "enqueue() in atomic()"
 
 
+#: The raw bound's one-row insert: the columns hopper writes, one prepared statement.
+_RAW_SQL = (
+    "INSERT INTO hopper_job ({cols}) VALUES "
+    "($1, $2, 'bench', $3, $4, $5, $6, now(), 0, $7::jsonb, '{{}}', '[]', '[]', false, now())"
+)
+
+
+def _raw_insert(cur: Any) -> Callable[[], None]:
+    """Return a call that makes one raw one-row insert on ``cur`` (a psycopg RawCursor)."""
+    from bench import raw
+
+    sql = _RAW_SQL.format(cols=raw.INSERT_COLS)
+
+    def insert() -> None:
+        row = raw._insert_row("postgresql")
+        cur.execute(sql, (row[0], row[1], *row[3:], raw.ARGS_JSON), prepare=True)
+
+    return insert
+
+
 def timed(call: Callable[[], Any], n: int, rounds: int) -> tuple[float, float]:
     """Return the minimum and the median of ``rounds`` rounds, µs per call."""
     per: list[float] = []
@@ -63,7 +83,6 @@ def parts(n: int, rounds: int, flush: bool = True) -> dict[str, tuple[float, flo
     import psycopg
     from django.db import connection, transaction
 
-    from bench import raw
     from bench.jobs import noop
     from django_hopper.engine.postgres import jobs as pg_jobs
     from django_hopper.engine.postgres.support import raw_query
@@ -73,14 +92,7 @@ def parts(n: int, rounds: int, flush: bool = True) -> dict[str, tuple[float, flo
     cur = psycopg.RawCursor(pg)
     if not flush:
         cur.execute(b"SET synchronous_commit = off")
-    raw_sql = (
-        f"INSERT INTO hopper_job ({raw.INSERT_COLS}) VALUES "
-        "($1, $2, 'bench', $3, $4, $5, $6, now(), 0, $7::jsonb, '{}', '[]', '[]', false, now())"
-    )
-
-    def raw_insert() -> None:
-        row = raw._insert_row("postgresql")
-        cur.execute(raw_sql, (row[0], row[1], *row[3:], raw.ARGS_JSON), prepare=True)
+    raw_insert = _raw_insert(cur)
 
     def select_1() -> None:
         cur.execute("SELECT 1", prepare=True)
@@ -203,19 +215,11 @@ def calls_only(case: str, n: int) -> None:
     import psycopg
     from django.db import connection, transaction
 
-    from bench import raw
     from bench.jobs import noop
 
     connection.ensure_connection()
     cur = psycopg.RawCursor(connection.connection)
-    raw_sql = (
-        f"INSERT INTO hopper_job ({raw.INSERT_COLS}) VALUES "
-        "($1, $2, 'bench', $3, $4, $5, $6, now(), 0, $7::jsonb, '{}', '[]', '[]', false, now())"
-    )
-
-    def raw_insert() -> None:
-        row = raw._insert_row("postgresql")
-        cur.execute(raw_sql, (row[0], row[1], *row[3:], raw.ARGS_JSON), prepare=True)
+    raw_insert = _raw_insert(cur)
 
     def in_atomic() -> None:
         with transaction.atomic():
