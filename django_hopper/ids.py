@@ -13,12 +13,11 @@ _SAFE_UNKNOWN = uuid.SafeUUID.unknown
 _from_bytes = int.from_bytes
 
 
-def _from_int(value: int) -> uuid.UUID:
+def uuid_from_int(value: int) -> uuid.UUID:
     """Return ``uuid.UUID(int=value)`` without its constructor's argument checks.
 
-    The value is read from uuid_utils' 16 bytes (faster than its ``int``),
-    so there is nothing to check; the constructor's checks cost more than
-    making the ID.
+    For a value read from exactly 16 bytes (a new ID's, a stored ID's), which
+    is always in range: the constructor's checks cost more than making the ID.
     """
     made = _new(_UUID)
     _set(made, "int", value)
@@ -28,10 +27,10 @@ def _from_int(value: int) -> uuid.UUID:
 
 def new_id() -> uuid.UUID:
     """Return a new UUIDv7 as a standard ``uuid.UUID``."""
-    return _from_int(_from_bytes(uuid_utils.uuid7().bytes))
+    return uuid_from_int(_from_bytes(uuid_utils.uuid7().bytes))
 
 
 def new_ids(n: int) -> list[uuid.UUID]:
     """Return ``n`` new, increasing UUIDv7s."""
     make = uuid_utils.uuid7
-    return [_from_int(_from_bytes(make().bytes)) for _ in range(n)]
+    return [uuid_from_int(_from_bytes(make().bytes)) for _ in range(n)]

@@ -20,6 +20,7 @@ from django_hopper.engine.decode import Codec
 from django_hopper.engine.encode import dump_json
 from django_hopper.engine.params import JobInsertParams
 from django_hopper.exceptions import InvalidJob
+from django_hopper.ids import uuid_from_int
 from django_hopper.types import JobID, JobRow
 
 UTC = dt.UTC
@@ -107,9 +108,6 @@ def uuid_or_none(value: str | None) -> uuid.UUID | None:
     return None if value is None else _UUID(value)
 
 
-_new = object.__new__
-_set = object.__setattr__
-_SAFE_UNKNOWN = uuid.SafeUUID.unknown
 _from_bytes = int.from_bytes
 _fromhex = bytes.fromhex
 
@@ -127,10 +125,7 @@ def from_db_uuid(value: str) -> uuid.UUID:
         except ValueError:
             return _UUID(value)
         if len(raw) == 16:
-            u = _new(_UUID)
-            _set(u, "int", _from_bytes(raw))
-            _set(u, "is_safe", _SAFE_UNKNOWN)
-            return u
+            return uuid_from_int(_from_bytes(raw))
     return _UUID(value)
 
 
