@@ -491,6 +491,39 @@ def test_sqlite__the_claim_plan_holds_at_any_table_size(engine: BaseEngine, rows
     assert not any(line.startswith("SCAN hopper_job") for line in claim + keyless + promote)
 
 
+def test_sqlite__upkeep_keeps_the_statistics_of_a_drained_table(engine: BaseEngine) -> None:
+    """A queue drained from 10^6 jobs to none is not analyzed: an ANALYZE of the
+    empty table would write zero counts ("0 ..." for every index, a table of
+    one row to the planner), and the claim would plan from them as the table
+    fills again. Its statistics stay until it holds analyze_min_rows rows."""
+    _forget_statistics()
+    try:
+        with connection.cursor() as c:
+            c.execute("ANALYZE hopper_queue")  # creates sqlite_stat1
+            c.execute("DELETE FROM sqlite_stat1 WHERE tbl = 'hopper_job'")
+            for idx, stat in STATS_AT_A_MILLION.items():
+                c.execute("INSERT INTO sqlite_stat1 VALUES ('hopper_job', %s, %s)", [idx, stat])
+            c.execute("ANALYZE sqlite_master")
+
+        drained = engine.jobs_maintain(JobsMaintainParams())
+        _insert(engine, 600, queue="sq")  # refilling, still below analyze_min_rows
+        refilling = engine.jobs_maintain(JobsMaintainParams())
+        kept = _stats()
+        claim, promote = _plan("job_claim"), _plan("job_claim.promote")
+        _insert(engine, 600, queue="sq")  # 1,200 rows: off by 800x, analyzed
+        refilled = engine.jobs_maintain(JobsMaintainParams())
+
+        assert (drained.analyzed, drained.tables) == (False, {})
+        assert (refilling.analyzed, refilling.tables) == (False, {})
+        assert kept == STATS_AT_A_MILLION
+        assert "SEARCH hopper_job USING INDEX hopper_job_claim (queue=?)" in claim
+        assert not any(line.startswith("SCAN hopper_job") for line in claim + promote)
+        assert refilled.analyzed
+        assert _stats()["sqlite_autoindex_hopper_job_1"].split()[0] == "1200"
+    finally:
+        _forget_statistics()  # sqlite_stat1 may outlive the test's rollback
+
+
 def _forget_statistics() -> None:
     """Drop what committed ANALYZEs of earlier tests left (the file outlives them)."""
     if _stats() or _stats("hopper_job_dependency") or _stats("hopper_batch_progress"):

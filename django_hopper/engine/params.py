@@ -521,7 +521,8 @@ class JobsMaintainParams:
     analyze_changes: int = 100_000
     #: ... or when the planner's row estimate is off by this factor ...
     analyze_ratio: float = 10.0
-    #: ... for a table of at least this many rows (either estimate).
+    #: ... for a table that holds at least this many rows now (a smaller one keeps
+    #: the statistics it has: those of a nearly empty table plan scans).
     analyze_min_rows: int = 1_000
 
 

@@ -446,18 +446,23 @@ def stale_statistics(live: int, changed: int, estimate: int, params: JobsMaintai
     ``live`` is the table's rows now, ``estimate`` the rows its statistics
     hold (-1: never analyzed), ``changed`` the rows changed since the last
     analyze. Stale when enough rows changed, or when the estimate is off by
-    ``analyze_ratio`` either way (or was never taken) for a table of at
-    least ``analyze_min_rows``. An analyze brings ``estimate`` to ``live``
+    ``analyze_ratio`` either way (or was never taken) while the table holds
+    at least ``analyze_min_rows``. An analyze brings ``estimate`` to ``live``
     and ``changed`` to 0, so the rule does not ask for another until the
     table changes that much again: an engine whose ANALYZE reads the whole
     table pays for it once per ``analyze_ratio``-fold change, never per pass.
+
+    A table that shrank below ``analyze_min_rows`` (a drained queue) keeps
+    the statistics of its larger self: an analysis of a nearly empty table
+    tells the planner it holds a row or none (SQLite then writes zero counts),
+    and the plans made from that scan once the table fills again, until the
+    next analysis. Plans made for too many rows stay index plans.
     """
     if changed >= params.analyze_changes:
         return True
-    size = max(live, estimate)
-    if size < params.analyze_min_rows:
+    if live < params.analyze_min_rows:
         return False
-    return estimate < 0 or size / max(min(live, estimate), 1) >= params.analyze_ratio
+    return estimate < 0 or max(live, estimate) / max(min(live, estimate), 1) >= params.analyze_ratio
 
 
 def upkeep_action(

@@ -147,6 +147,9 @@ def test_jobs_maintain_analyzes_once_the_estimate_is_off_and_then_not_again(
         (10, 5_000, 100_000, 5_000, "analyze"),  # many changes since the last analyze
         (10, 5_000, 10, 4_000, None),
         (10, 50, 0, -1, None),  # too small to matter
+        (10, 0, 0, 1_000_000, None),  # drained: keeps the statistics of its larger self
+        (10, 999, 0, 1_000_000, None),  # refilling, still too small to measure
+        (10, 5_000, 0, 1_000_000, "analyze"),  # shrank 200x, still large enough
         (20_000, 10, 100_000, 20_000, "vacuum"),  # a drained queue: analyze over dead rows
     ],
 )
