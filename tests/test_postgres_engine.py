@@ -128,12 +128,24 @@ def test_insert_values__are_insert_arrays_element_for_one_job() -> None:
 # -- plans -------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
 @pytest.mark.parametrize("name", ["job_claim", "job_claim.keyless"])
 def test_claim__plan_uses_the_partial_indexes(
-    engine: BaseEngine, db_now: dt.datetime, name: str
+    engine: BaseEngine, db_now: dt.datetime, name: str, keyed: bool
 ) -> None:
-    """Many future and foreign jobs must not turn the claim into a scan."""
+    """Many future and foreign jobs must not turn the claim into a scan, nor
+    many keyed candidates the keyless path's probe for one (an EXISTS over
+    them would read the table until it met the first)."""
     far = db_now + 24 * HOUR
+    if keyed:
+        engine.job_insert_many(
+            [
+                JobInsertParams(kind="tests.plan", queue=queue, ordering_key=f"k{i % 50}")
+                for queue in ("default", "other")
+                for i in range(1000)
+            ],
+            JobInsertOpts(now=db_now),
+        )
     engine.job_insert_copy(
         [JobInsertParams(kind="tests.plan", scheduled_at=far) for _ in range(3000)]
         + [JobInsertParams(kind="tests.plan", queue="other") for _ in range(3000)],

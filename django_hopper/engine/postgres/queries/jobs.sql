@@ -186,7 +186,10 @@ FROM STDIN (FORMAT BINARY)
 -- sequential scan of the live table when its statistics are stale).
 -- job_claim.keyless (KEYLESS) is the unlimited path without the ordering-key
 -- CTEs: a plan a third the size, which PostgreSQL starts much faster. `keys`
--- probes hopper_job_keyed once (the condition `kwin` reads); when the queue
+-- probes hopper_job_keyed once (the condition `kwin` reads, in its order: only
+-- that index yields the first row without reading every match, so the plan
+-- never depends on the statistics; an EXISTS would drop the ORDER BY and, with
+-- many keyed candidates estimated, scan the table for the first); when the queue
 -- has a keyed candidate the gate is closed and the one row returned carries
 -- keyed = true and no job, so the engine claims again with job_claim. When it
 -- has none, `kwin` of job_claim would be empty in this same snapshot (and so
@@ -195,9 +198,11 @@ FROM STDIN (FORMAT BINARY)
 WITH RECURSIVE
 /*IF KEYLESS*/
 keys AS (
-    SELECT EXISTS (SELECT 1 FROM hopper_job k
-                   WHERE k.queue = %(queue)s AND k.ordering_key IS NOT NULL
-                     AND k.state IN ('available', 'scheduled', 'retryable')) AS keyed
+    SELECT (SELECT true FROM hopper_job k
+            WHERE k.queue = %(queue)s AND k.ordering_key IS NOT NULL
+              AND k.state IN ('available', 'scheduled', 'retryable')
+            ORDER BY k.priority DESC, k.scheduled_at, k.id
+            LIMIT 1) IS NOT NULL AS keyed
 ),
 /*END*/
 gate AS (
