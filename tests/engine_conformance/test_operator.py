@@ -638,3 +638,18 @@ def test_schedule__limit_counts_the_jobs_of_every_queue(
 
     assert engine.job_schedule(JobScheduleParams(limit=4, now=db_now + MINUTE)) == 4
     assert engine.job_schedule(JobScheduleParams(limit=4, now=db_now + MINUTE)) == 2
+
+
+def test_schedule__a_full_sweep_takes_the_queue_waiting_longest_first(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    """No queue takes precedence by its name: a queue whose due job waited
+    longest is swept first, so a queue early in name order that keeps every
+    sweep full cannot starve one later in it."""
+    busy = [insert(engine, db_now, queue="qa", scheduled_at=db_now + k * SECOND) for k in (2, 3, 4)]
+    waiting = insert(engine, db_now, queue="qz", scheduled_at=db_now + SECOND)
+
+    assert engine.job_schedule(JobScheduleParams(limit=2, now=db_now + MINUTE)) == 2
+
+    assert get(engine, waiting).state == "available"
+    assert [get(engine, job).state for job in busy] == ["available", "scheduled", "scheduled"]

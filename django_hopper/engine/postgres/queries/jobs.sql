@@ -460,9 +460,15 @@ RETURNING j.id, j.queue
 -- hopper_job_due (one probe each, a skip scan), and `due` reads each queue's
 -- due jobs from the same index in time order, a range that ends at the first
 -- job not due (the index leads with the queue, so a sweep across queues
--- ordered by time alone would read every waiting job of the index). Queues are
--- swept in name order, each oldest first, %(limit)s jobs in all: a claim
--- promotes its own queue's due jobs anyway. The update finds its rows by
+-- ordered by time alone would read every waiting job of the index). `heads`
+-- probes each queue's oldest waiting job (the first entry of its range), and
+-- the queues whose head is due are swept oldest head first, each oldest first,
+-- %(limit)s jobs in all: no queue takes precedence by its name, and a queue
+-- whose due jobs keep a sweep full (its head moving on with every sweep) cannot
+-- starve another whose head stays put (a claim promotes its own queue's due
+-- jobs anyway). Row locks are taken with SKIP LOCKED, never waited for, and no
+-- queue row is locked, so no order of queues can deadlock against the claim,
+-- the operator paths or the queue controls. The update finds its rows by
 -- primary key: a join on the CTE may hash the whole live table, and the plan's
 -- estimates stay small enough that PostgreSQL never JIT-compiles it.
 WITH RECURSIVE queues AS (
@@ -479,9 +485,20 @@ WITH RECURSIVE queues AS (
     FROM queues q
     WHERE q.queue IS NOT NULL AND %(queue)s::text IS NULL
 ),
+heads AS (
+    SELECT q.queue,
+           (SELECT j.scheduled_at FROM hopper_job j
+            WHERE j.queue = q.queue AND j.state IN ('scheduled', 'retryable')
+            ORDER BY j.scheduled_at
+            LIMIT 1) AS head
+    FROM queues q
+    WHERE q.queue IS NOT NULL
+),
 due AS (
     SELECT d.id
-    FROM queues q
+    FROM (SELECT h.queue FROM heads h
+          WHERE h.head <= coalesce(%(now)s::timestamptz, now())
+          ORDER BY h.head, h.queue) AS q
     CROSS JOIN LATERAL (
         SELECT j.id
         FROM hopper_job j
@@ -492,7 +509,6 @@ due AS (
         LIMIT %(limit)s
         FOR UPDATE OF j SKIP LOCKED
     ) d
-    WHERE q.queue IS NOT NULL
     LIMIT %(limit)s
 ),
 promoted AS (
