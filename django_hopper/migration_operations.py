@@ -15,6 +15,7 @@ from django.db import migrations, router
 from django.utils.module_loading import import_string
 
 from django_hopper.engine import ENGINES, get_engine
+from django_hopper.engine.params import HistoryIndexDeclareParams
 
 
 def _features(schema_editor: Any) -> Any:
@@ -284,7 +285,9 @@ class IndexSQL(migrations.operations.base.Operation):
     leader's ``HistoryIndexer`` builds each partition's concurrently), and the
     drop is a plain ``DROP INDEX`` (a partitioned index cannot be dropped
     concurrently): a catalog change under a brief ACCESS EXCLUSIVE lock on
-    history.
+    history, which also drops each partition's copy a pass left unattached.
+    Both first wait for a ``HistoryIndexer`` pass under way
+    (``BaseEngine.history_index_declare``), so the two never interleave.
     """
 
     reversible = True
@@ -323,13 +326,15 @@ class IndexSQL(migrations.operations.base.Operation):
     def state_forwards(self, app_label: str, state: Any) -> None:
         """Change no model state: the index is SQL only."""
 
+    def _history(self, schema_editor: Any, drop: bool) -> None:
+        get_engine(schema_editor.connection.alias).history_index_declare(
+            HistoryIndexDeclareParams(name=self.name, definition=self.definition, drop=drop)
+        )
+
     def _create(self, schema_editor: Any, features: Any) -> None:
         qn = schema_editor.quote_name
         if self.history and features.supports_history_partitions:
-            schema_editor.execute(
-                f"CREATE INDEX IF NOT EXISTS {qn(self.name)} "
-                f"ON ONLY {qn(self.table)} {self.definition}"
-            )
+            self._history(schema_editor, drop=False)
             return
         if features.single_writer:
             schema_editor.execute(
@@ -347,8 +352,9 @@ class IndexSQL(migrations.operations.base.Operation):
 
     def _drop(self, schema_editor: Any, features: Any) -> None:
         qn = schema_editor.quote_name
-        partitioned = self.history and features.supports_history_partitions
-        if partitioned or features.single_writer:
+        if self.history and features.supports_history_partitions:
+            self._history(schema_editor, drop=True)
+        elif features.single_writer:
             schema_editor.execute(f"DROP INDEX IF EXISTS {qn(self.name)}")
         else:
             schema_editor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {qn(self.name)}")

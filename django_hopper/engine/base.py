@@ -47,6 +47,7 @@ from django_hopper.engine.params import (
     ClientRegisterParams,
     ClientRenewParams,
     ClientRenewResult,
+    HistoryIndexDeclareParams,
     HistoryIndexParams,
     HistoryIndexResult,
     HistoryMaintainParams,
@@ -1116,6 +1117,25 @@ class BaseEngine(ABC):
             )
         return result
 
+    def history_index_declare(self, params: HistoryIndexDeclareParams) -> None:
+        """Declare an index of partitioned history on its parent only, or drop one.
+
+        ``CREATE INDEX IF NOT EXISTS ... ON ONLY`` (a catalog change; the
+        ``HistoryIndexer`` builds each partition's copy concurrently), or
+        ``DROP INDEX`` of the parent together with every partition's copy of it
+        that a pass built and had not attached. Either first waits for the
+        history index builder's lock, which a pass holds from its listing to
+        its last build: a pass never builds a copy of a parent being dropped,
+        nor lists parents that are changing, so a migration and the leader
+        converge on one valid copy per partition. Runs in a transaction (the
+        caller's, if any), which holds the lock to its end. Where history is
+        one table, nothing: migrations build its indexes.
+        """
+        checks.index_name(params.name)
+        if not self.features.supports_history_partitions:
+            return
+        self._history_index_declare(params)
+
     # == notifications =========================================================
 
     def notify(self, channel: str, payloads: Sequence[str]) -> None:
@@ -1652,6 +1672,9 @@ class BaseEngine(ABC):
 
     @abstractmethod
     def _history_index(self, params: HistoryIndexParams) -> HistoryIndexResult: ...
+
+    @abstractmethod
+    def _history_index_declare(self, params: HistoryIndexDeclareParams) -> None: ...
 
     # -- notifications
 

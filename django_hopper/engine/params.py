@@ -463,6 +463,18 @@ class HistoryIndexParams:
     skip_repair: tuple[str, ...] = ()
 
 
+@dataclass(slots=True, frozen=True)
+class HistoryIndexDeclareParams:
+    """Declare an index on partitioned history's parent only, or drop one."""
+
+    #: The parent index's name.
+    name: str
+    #: The definition's tail after ``ON <table>``: ``USING gin (tags) WHERE ...``.
+    definition: str = ""
+    #: Drop the index (and every partition's copy of it) instead.
+    drop: bool = False
+
+
 @dataclass(slots=True)
 class HistoryIndexResult:
     #: Indexes built and attached this pass ("<partition>.<index>").
@@ -471,7 +483,8 @@ class HistoryIndexResult:
     #: concurrent build's leftover), now valid.
     repaired: list[str] = field(default_factory=list)
     #: Transient copies an interrupted concurrent rebuild left (``*_ccnew``,
-    #: ``*_ccold``), dropped this pass.
+    #: ``*_ccold``), and partitions' copies of a parent index that is gone
+    #: (valid or not), dropped this pass.
     removed: list[str] = field(default_factory=list)
     #: Partitions whose build ran past the statement timeout (what it left is removed).
     timed_out: list[str] = field(default_factory=list)

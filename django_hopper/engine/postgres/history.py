@@ -33,6 +33,7 @@ from django.db import Error as DjangoDatabaseError
 from django.db import transaction
 
 from django_hopper.engine.params import (
+    HistoryIndexDeclareParams,
     HistoryIndexParams,
     HistoryIndexResult,
     HistoryMaintainParams,
@@ -46,6 +47,7 @@ from django_hopper.engine.postgres.support import (
     QUERIES,
     PostgresSupport,
     _sqlstate,
+    db_errors,
 )
 from django_hopper.engine.rules import HOT_TABLES, upkeep_action
 from django_hopper.exceptions import DatabaseError
@@ -315,21 +317,29 @@ class PostgresHistoryMixin(PostgresSupport):
                 "history_index builds indexes concurrently and must run outside a transaction"
             )
         result = HistoryIndexResult()
+        strays = self._strays(params)
         missing = [row for row in self._fetchall("history_index", {}) if row[3] not in params.skip]
         broken = [
             (str(r[0]), str(r[1]), bool(r[2])) for r in self._fetchall("history_index.repair", {})
         ]
         skipped = [name for name, _, _ in broken if name in params.skip_repair]
-        # A partition named in skip is left alone by the repair too.
-        repairs = [
-            row for row in broken if row[0] not in params.skip_repair and row[1] not in params.skip
-        ]
-        if missing or repairs:
+        # A partition named in skip is left alone by the repair too, and a
+        # stray copy is dropped, never rebuilt.
+        left = {*params.skip_repair, *strays}
+        repairs = [row for row in broken if row[0] not in left and row[1] not in params.skip]
+        if missing or repairs or strays:
             if not self._raw_one("history_index.try_lock", {})[0]:
-                result.busy = index_name(missing[0][3], missing[0][0]) if missing else repairs[0][0]
+                result.busy = (
+                    index_name(missing[0][3], missing[0][0])
+                    if missing
+                    else (repairs[0][0] if repairs else strays[0])
+                )
                 return result
             try:
                 with self._index_settings(params):
+                    # Listed again under the lock: a migration changes parents only under it.
+                    for name in self._strays(params):
+                        self._drop_stray(name, result)
                     for parent, tail, unique, partition in missing:
                         self._build_one(parent, tail, bool(unique), partition, result)
                     for name, table, transient in repairs:
@@ -400,6 +410,50 @@ class PostgresHistoryMixin(PostgresSupport):
             return
         (result.removed if transient else result.repaired).append(name)
 
+    def _strays(self, params: HistoryIndexParams) -> list[str]:
+        """Partitions' copies of parent indexes that are gone, valid or not.
+
+        A pass names a partition's copy ``index_name(partition, parent)`` and
+        attaches it once built; a copy attached to nothing whose name is no
+        current parent's was left by a pass whose build or attach met the
+        parent's drop, or by an interrupted build of a parent dropped since.
+        Nothing would ever attach it: it is dropped, never rebuilt (a repair
+        would make it valid and keep it, paying its writes on every history row).
+        """
+        parents = [str(row[0]) for row in self._fetchall("history_index.parents", {})]
+        strays = []
+        for name, partition in self._fetchall("history_index.unattached", {}):
+            if partition in params.skip or not str(name).startswith(f"{partition}_"):
+                continue  # not named as a pass names its copies
+            if name not in {index_name(partition, parent) for parent in parents}:
+                strays.append(str(name))
+        return strays
+
+    def _drop_stray(self, name: str, result: HistoryIndexResult) -> None:
+        """Drop one stray copy concurrently; a lock held off defers it to a later pass."""
+        try:
+            self._run_text("history_index.drop_sql", {"name": name})
+        except DjangoDatabaseError as exc:
+            if _sqlstate(exc) in (LOCK_NOT_AVAILABLE, QUERY_CANCELED):
+                result.deferred.append(name)
+                return
+            raise DatabaseError(f"history_index: dropping {name}: {exc}") from exc
+        result.removed.append(name)
+
+    def _history_index_declare(self, params: HistoryIndexDeclareParams) -> None:
+        """Under the builder's lock, in one transaction: the parent index, or its drop
+        with every partition's copy a pass left unattached."""
+        with transaction.atomic(using=self.alias), db_errors():
+            self._raw_one("history_index.wait_lock", {})
+            args = {"name": params.name, "tail": params.definition}
+            if not params.drop:
+                self._run_text("history_index.declare_sql", args)
+                return
+            copies = [index_name(p.name, params.name) for p in self._history_partitions()]
+            self._run_text("history_index.undeclare_sql", args)
+            for copy in copies:  # the attached ones went with the parent
+                self._run_text("history_index.undeclare_sql", {"name": copy})
+
     def _drop_rebuild_leftovers(self, table: str) -> None:
         """Drop the transient copies a failed rebuild left on ``table``, if it can now."""
         for (leftover,) in self._fetchall("history_index.repair_leftovers", {"table": table}):
@@ -438,6 +492,9 @@ class PostgresHistoryMixin(PostgresSupport):
         except DjangoDatabaseError as exc:
             if _sqlstate(exc) in (LOCK_NOT_AVAILABLE, QUERY_CANCELED):
                 result.deferred.append(name)
+                return
+            if _sqlstate(exc) in (UNDEFINED_TABLE, UNDEFINED_OBJECT):  # the parent is gone
+                self._drop_leftover(args)
                 return
             raise DatabaseError(f"history_index: attaching {name}: {exc}") from exc
         result.built.append(f"{partition}.{parent}")

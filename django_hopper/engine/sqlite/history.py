@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from django_hopper.engine.params import (
+    HistoryIndexDeclareParams,
     HistoryIndexParams,
     HistoryIndexResult,
     HistoryMaintainParams,
@@ -109,6 +110,9 @@ class SQLiteHistoryMixin(SQLiteSupport):
     def _history_index(self, params: HistoryIndexParams) -> HistoryIndexResult:
         """Return an empty result: migrations build the one history table's indexes."""
         return HistoryIndexResult()
+
+    def _history_index_declare(self, params: HistoryIndexDeclareParams) -> None:
+        """Do nothing: history is one table, whose indexes migrations build."""
 
     @translate_errors
     def _jobs_maintain(self, params: JobsMaintainParams | None = None) -> JobsMaintainResult:

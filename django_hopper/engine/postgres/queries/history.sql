@@ -171,6 +171,41 @@ SELECT current_setting('lock_timeout'), current_setting('statement_timeout');
 SELECT set_config('lock_timeout', %(lock_timeout)s, false),
        set_config('statement_timeout', %(statement_timeout)s, false);
 
+-- name: history_index.wait_lock
+-- The builder's lock, waited for and held to the end of the transaction: what
+-- a migration takes before it declares or drops a parent index of history, so
+-- that it never interleaves with a pass (which holds it from its listing on).
+SELECT pg_advisory_xact_lock(hashtext('hopper_history_index'));
+
+-- name: history_index.declare_sql
+-- A parent index of history, declared on the parent only (catalog only).
+SELECT format('CREATE INDEX IF NOT EXISTS %%I ON ONLY hopper_job_history ', %(name)s::text)
+       || %(tail)s::text;
+
+-- name: history_index.undeclare_sql
+-- A parent index, with the copies attached to it, or a copy attached to none.
+SELECT format('DROP INDEX IF EXISTS %%I', %(name)s::text);
+
+-- name: history_index.parents
+SELECT c.relname
+  FROM pg_index i
+  JOIN pg_class c ON c.oid = i.indexrelid
+ WHERE i.indrelid = 'hopper_job_history'::regclass
+ ORDER BY c.relname;
+
+-- name: history_index.unattached
+-- Indexes of history partitions attached to no parent index, with their
+-- partition (transient copies of a rebuild are the repair's).
+SELECT c.relname, part.relname
+  FROM pg_inherits p
+  JOIN pg_class part ON part.oid = p.inhrelid
+  JOIN pg_index i ON i.indrelid = part.oid
+  JOIN pg_class c ON c.oid = i.indexrelid
+ WHERE p.inhparent = 'hopper_job_history'::regclass
+   AND NOT EXISTS (SELECT 1 FROM pg_inherits a WHERE a.inhrelid = i.indexrelid)
+   AND c.relname !~ '_cc(new|old)[0-9]*$'
+ ORDER BY c.relname;
+
 -- name: history_index.existing
 -- An index of that name on the partition: valid (built, to attach) or not
 -- (a failed concurrent build's leftover, to drop and build again).
