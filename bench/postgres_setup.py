@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 
 def setup_postgres(tool: str) -> bool:
@@ -23,5 +24,26 @@ def setup_postgres(tool: str) -> bool:
     if connection.vendor != "postgresql":
         print(f"{tool}: PostgreSQL only", file=sys.stderr)
         return False
+    _create_database(connection.settings_dict)
     call_command("migrate", verbosity=0, interactive=False)
     return True
+
+
+def _create_database(db: dict[str, Any]) -> None:
+    """Create the benchmark's database if it does not exist yet (``scripts/bench``
+    creates it for its runs; a tool run first on a fresh ``BENCH_PG_DB`` would
+    otherwise fail to connect). An existing one is kept as it is."""
+    import psycopg
+    from psycopg import sql
+
+    info = {
+        "host": db["HOST"],
+        "port": db["PORT"],
+        "user": db["USER"],
+        "password": db["PASSWORD"],
+        "dbname": "postgres",
+    }
+    with psycopg.connect(**info, autocommit=True) as conn:
+        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]])
+        if found.fetchone() is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db["NAME"])))
