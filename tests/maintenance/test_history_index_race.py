@@ -177,3 +177,18 @@ def test_index_sql__waits_for_a_history_index_pass_and_drops_the_copies_it_left(
 
     assert valid(KEPT) is None
     assert copies(KEPT) == []
+
+
+def test_hopper_indexes__says_it_removed_a_copy_of_a_dropped_index(pg: Any) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    stray = index_name(partitions()[0], GONE)
+    execute(f'CREATE INDEX "{stray}" ON "{partitions()[0]}" (kind)')
+    out = StringIO()
+
+    call_command("hopper_indexes", stdout=out)
+
+    assert f"removed   {stray} (a partition's copy of a dropped index)" in out.getvalue()
+    assert valid(stray) is None

@@ -9,6 +9,7 @@ failed, after reporting the rest.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -18,6 +19,9 @@ from django_hopper.engine.params import HistoryIndexParams, HistoryIndexResult
 from django_hopper.exceptions import HistoryIndexRepairError
 from django_hopper.management.options import check_schema, database_alias
 from django_hopper.topology import maintenance_alias
+
+#: The names REINDEX CONCURRENTLY gives the transient copies of an index.
+_TRANSIENT = re.compile(r"_cc(new|old)[0-9]*$")
 
 
 class Command(BaseCommand):
@@ -88,7 +92,7 @@ class Command(BaseCommand):
         lines = [
             *(f"built     {name}" for name in result.built),
             *(f"repaired  {name}" for name in result.repaired),
-            *(f"removed   {name} (an interrupted rebuild's copy)" for name in result.removed),
+            *(f"removed   {name} ({_removed_why(name)})" for name in result.removed),
             *(f"deferred  {name} (locked; the next pass retries)" for name in result.deferred),
             *(f"timed out {name} (what it left was removed)" for name in result.timed_out),
             *(f"failed    {name}: {error}" for name, error in sorted(result.repair_errors.items())),
@@ -100,3 +104,10 @@ class Command(BaseCommand):
                 "nothing was waited for"
             )
         self.stdout.write("\n".join(lines) if lines else "Every index is built and valid.")
+
+
+def _removed_why(name: str) -> str:
+    """Say what a removed index was: a rebuild's transient copy, or a stray partition copy."""
+    if _TRANSIENT.search(name):
+        return "an interrupted rebuild's copy"
+    return "a partition's copy of a dropped index"
