@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import resource
+import select
 import signal
 import statistics
 import subprocess
@@ -137,18 +138,67 @@ class Children:
     """Worker subprocesses, reaped with ``wait4`` so each one's own rusage is read exactly."""
 
     def __init__(
-        self, commands: list[list[str]], log: Path, env: dict[str, str] | None = None
+        self,
+        commands: list[list[str]],
+        log: Path,
+        env: dict[str, str] | None = None,
+        *,
+        barrier: bool = False,
     ) -> None:
         self.log = open(log, "ab")  # noqa: SIM115 - closed in wait()
         self.started = time.perf_counter()
-        self.procs = [
-            subprocess.Popen(
-                cmd, cwd=BASE_DIR, env=worker_env(env), stdout=self.log, stderr=subprocess.STDOUT
-            )
-            for cmd in commands
-        ]
         self.cpu = 0.0
         self.ended = 0.0
+        if not barrier:
+            self.procs = [
+                subprocess.Popen(
+                    cmd,
+                    cwd=BASE_DIR,
+                    env=worker_env(env),
+                    stdout=self.log,
+                    stderr=subprocess.STDOUT,
+                )
+                for cmd in commands
+            ]
+            return
+        # bench/barrier.py: every worker sets up, says ready, and waits for ``go``
+        # to close; they are released together once all are ready.
+        ready_r, ready_w = os.pipe()
+        go_r, go_w = os.pipe()
+        extra = {**(env or {}), "BENCH_BARRIER": f"{ready_w},{go_r}"}
+        try:
+            self.procs = [
+                subprocess.Popen(
+                    cmd,
+                    cwd=BASE_DIR,
+                    env=worker_env(extra),
+                    stdout=self.log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(ready_w, go_r),
+                )
+                for cmd in commands
+            ]
+        finally:
+            os.close(ready_w)
+            os.close(go_r)
+        try:
+            deadline = time.monotonic() + 300
+            ready = 0
+            while ready < len(self.procs):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"workers never got ready; see {log}")
+                if any(p.poll() is not None for p in self.procs):
+                    raise RuntimeError(f"a worker exited before it got ready; see {log}")
+                if select.select([ready_r], [], [], 0.1)[0]:
+                    ready += len(os.read(ready_r, len(self.procs)))
+        except BaseException:
+            for p in self.procs:
+                p.kill()
+            raise
+        finally:
+            os.close(ready_r)
+            os.close(go_w)  # the release
+        self.started = time.perf_counter()
 
     @property
     def pids(self) -> list[int]:
@@ -449,8 +499,13 @@ class Suite:
             f"{processes} worker process(es), --queues {queues}, {n:,} jobs"
             + (", sampling RSS" if memory else "")
         )
+        # Released together once every one has set up (bench/barrier.py), as the
+        # raw cycle's processes start behind a barrier.
         kids = Children(
-            [worker_command(burst=True, queues=queues) for _ in range(processes)], self.log, env
+            [worker_command(burst=True, queues=queues) for _ in range(processes)],
+            self.log,
+            env,
+            barrier=True,
         )
         # A burst worker that cannot claim retries forever: bound the wait by the work.
         cpu = kids.wait(timeout=120 + n / 50, tick=tick if memory else None)

@@ -94,17 +94,25 @@ if os.environ.get("BENCH_OBSERVE") in ("1", "tracing", "metrics"):
 else:
     HOPPER["TRACING"] = False
     HOPPER["METRICS"] = False
+# Set by the runner for warm processing runs: the workers wait for each other
+# after setting up and start claiming together (bench/barrier.py).
+if os.environ.get("BENCH_BARRIER"):
+    HOPPER["IMPORTS"] = [*HOPPER["IMPORTS"], "bench.barrier"]
 if os.environ.get("BENCH_POLL_INTERVAL"):
     HOPPER["POLL_INTERVAL"] = float(os.environ["BENCH_POLL_INTERVAL"])
 if os.environ.get("BENCH_FLUSH_INTERVAL"):
     HOPPER["COMPLETER_FLUSH_INTERVAL"] = float(os.environ["BENCH_FLUSH_INTERVAL"])
 
-LOGGING = {
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_hopper": {"handlers": ["console"], "level": "WARNING"}},
 }
+# BENCH_WORKER_CONSOLE=1 leaves hopper's loggers to the worker's own console (its
+# start and stop lines, with --log-format json their times): worker timelines.
+if os.environ.get("BENCH_WORKER_CONSOLE") == "1":
+    LOGGING["loggers"] = {}
 # BENCH_CLAIM_AHEAD sets HOPPER["CLAIM_AHEAD"] (jobs claimed beyond the free slots
 # while jobs are short; unset: hopper's default, the queue's concurrency).
 if os.environ.get("BENCH_CLAIM_AHEAD"):
