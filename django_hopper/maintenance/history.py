@@ -31,7 +31,7 @@ from django_hopper.engine.params import (
     JobsMaintainResult,
 )
 from django_hopper.exceptions import HistoryIndexRepairError
-from django_hopper.maintenance.base import Service
+from django_hopper.maintenance.base import UPKEEP_FIRST_DELAY, Service
 from django_hopper.worker.db import close_thread_connections
 
 if TYPE_CHECKING:
@@ -188,6 +188,7 @@ class Vacuumer(Service):
 
     name = "jobs_upkeep"
     interval = 30.0
+    first_delay = UPKEEP_FIRST_DELAY
 
     def __init__(self, engine: BaseEngine, params: JobsMaintainParams | None = None) -> None:
         super().__init__(engine)

@@ -111,7 +111,8 @@ class Maintainer:
 
         ``at`` is the loop's scheduled tick (monotonic seconds; default now).
         A service is due when its interval has passed since the tick it last
-        ran at, measured between ticks rather than between the moments the
+        ran at (one that never ran: its ``first_delay`` after the first round
+        this maintainer leads), measured between ticks rather than between the moments the
         services happened to start: the election before them takes a variable
         time, and a tick measured as 0.999 s after the last one would skip a
         1-second service for a whole round.
@@ -120,6 +121,10 @@ class Maintainer:
         now = time.monotonic() if at is None else at
         for service in self.services:
             last = self._last.get(service.name)
+            if last is None and not force and service.first_delay > 0:
+                # The first round this maintainer leads: the service is first due
+                # ``first_delay`` from now, then every ``interval``.
+                last = self._last[service.name] = now + service.first_delay - service.interval
             if not force and last is not None and now - last < service.interval - TICK_SLACK:
                 continue
             self._last[service.name] = now

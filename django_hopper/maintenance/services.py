@@ -29,7 +29,7 @@ from django_hopper.engine.params import (
 )
 from django_hopper.engine.rules import attempt_error, rescued_state
 from django_hopper.engine.topics import pattern_matches
-from django_hopper.maintenance.base import Service
+from django_hopper.maintenance.base import UPKEEP_FIRST_DELAY, Service
 from django_hopper.maintenance.history import HistoryIndexer, HistoryPruner, Vacuumer
 from django_hopper.maintenance.periodic import PeriodicEnqueuer
 from django_hopper.retry import backoff
@@ -397,6 +397,7 @@ class StreamPruner(Service):
 
     name = "stream_retention"
     interval = 60.0
+    first_delay = UPKEEP_FIRST_DELAY
 
     def __init__(
         self,
