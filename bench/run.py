@@ -67,6 +67,15 @@ RESET_TABLES = (
 )
 
 
+#: Alternated off/on pairs of the in-run tracing + metrics figure (its median ratio).
+OBSERVED_PAIRS = 3
+#: The target's tracing + metrics set-up (bench/observe.py, bench/settings.py).
+OBSERVED_ENV = {
+    "BENCH_OBSERVE": "1",
+    "BENCH_OBSERVE_RATIO": "0.1",
+    "BENCH_OBSERVE_EXPORTER": "prometheus",
+}
+
 #: Processing runs per growth case; the case reports the median (the rounds are in the JSON).
 GROWTH_ROUNDS = 3
 
@@ -939,17 +948,10 @@ class Suite:
         # The same work with OpenTelemetry tracing and metrics on as
         # docs/observability.md recommends (bench/observe.py: parent-based
         # sampling of a tenth of new traces, the Prometheus exporter), as a
-        # ratio to the 1-process figure of this run; --observe adds every
-        # trace sampled and the OpenTelemetry exporter.
-        self.reset()
-        self.seed(queue="bench", n=n)
-        self.settle()
-        observed = {
-            "BENCH_OBSERVE": "1",
-            "BENCH_OBSERVE_RATIO": "0.1",
-            "BENCH_OBSERVE_EXPORTER": "prometheus",
-        }
-        result["processing"]["1proc_observed"] = self.process(n, 1, env=observed)
+        # ratio to off measured beside it: the median of alternated off/on
+        # pairs (measure_observed); --observe adds every trace sampled and
+        # the OpenTelemetry exporter.
+        result["processing"]["1proc_observed"] = self.measure_observed(n)
         result["latency"] = cases["empty"]["latency"]
         small = size("waiting_small", self.scale)
         large = size("waiting_large", self.scale, self.args.full)
@@ -968,6 +970,56 @@ class Suite:
         self.reset()
         result["ratios"] = ratios(result)
         return result
+
+    def measure_observed(self, n: int, pairs: int = OBSERVED_PAIRS) -> dict[str, Any]:
+        """Work ``n`` jobs off and with the target's set-up on, in ``pairs`` alternated pairs.
+
+        A pair is one off run and one on run back to back, a few seconds
+        apart; which goes first alternates (off first in the first pair, on
+        first in the second, ...), so that neither side always meets the
+        machine first. A pair's ratio is on / off; the figure (``ratio``) is
+        the median of the pairs' ratios, and ``jobs_per_s`` and
+        ``cpu_us_per_job`` are the on runs' medians (``off_*`` the off runs'),
+        so that one slow run moves the figure no more than one pair's worth.
+        The on runs' CPU per job is net of what the set-up adds to an idle
+        worker's start-up (importing the SDK, its threads), as ``--observe``'s.
+        """
+        self.reset()
+        idle = Children([worker_command(burst=True)], self.log, OBSERVED_ENV).wait(120)
+        extra_startup = max(0.0, idle - self.startup_cpu)
+        out: list[dict[str, Any]] = []
+        for i in range(pairs):
+            order = ("off", "on") if i % 2 == 0 else ("on", "off")
+            pair: dict[str, Any] = {"first": order[0]}
+            for side in order:
+                self.reset()
+                self.seed(queue="bench", n=n)
+                self.settle()
+                self.progress(f"tracing + metrics pair {i + 1} of {pairs}: {side}")
+                pair[side] = self.process(n, 1, env=OBSERVED_ENV if side == "on" else None)
+                if side == "on":
+                    pair[side]["cpu_us_per_job"] = round(
+                        pair[side]["cpu_us_per_job"] - extra_startup / max(1, n) * 1e6, 1
+                    )
+            on, off = pair["on"]["jobs_per_s"], pair["off"]["jobs_per_s"]
+            pair["ratio"] = round(on / off, 3) if on and off else None
+            out.append(pair)
+
+        def median_of(side: str, key: str) -> float | None:
+            values = [p[side][key] for p in out if p[side].get(key) is not None]
+            return statistics.median(values) if values else None
+
+        ratios = [p["ratio"] for p in out if p["ratio"] is not None]
+        return {
+            "jobs": n,
+            "jobs_per_s": median_of("on", "jobs_per_s"),
+            "cpu_us_per_job": median_of("on", "cpu_us_per_job"),
+            "off_jobs_per_s": median_of("off", "jobs_per_s"),
+            "off_cpu_us_per_job": median_of("off", "cpu_us_per_job"),
+            "ratio": round(statistics.median(ratios), 3) if ratios else None,
+            "startup_cpu_s_on": round(idle, 3),
+            "pairs": out,
+        }
 
     def measure_pgbouncer(self) -> dict[str, Any]:
         """Work the processing load directly, then through PgBouncer in each pool mode.
@@ -1024,9 +1076,10 @@ class Suite:
     def measure_observe(self, rounds: int = 3, only: Sequence[str] = ()) -> dict[str, Any]:
         """Work the processing load with tracing and metrics off and on, alternating.
 
-        Each round works the same jobs once per set-up, back to back, so that
-        every ratio compares runs a few seconds apart on the same machine
-        (whose load may change between rounds): off; tracing and metrics on
+        Each round works the same jobs once per set-up, back to back (in
+        reverse order every other round), so that every ratio compares runs a
+        few seconds apart on the same machine (whose load may change between
+        rounds): off; tracing and metrics on
         with every job sampled (metrics through OpenTelemetry); with
         parent-based sampling of a tenth of the traces; and that with the
         Prometheus exporter, the set-up docs/observability.md recommends. The median
@@ -1062,7 +1115,10 @@ class Suite:
         out["startup_cpu_s"] = {name: round(cpu, 3) for name, cpu in startup.items()}
         for i in range(rounds):
             row: dict[str, Any] = {}
-            for name, env in setups.items():
+            # Every other round runs the set-ups in reverse order, off last:
+            # no set-up always meets the machine first.
+            ordered = list(setups.items())
+            for name, env in ordered if i % 2 == 0 else reversed(ordered):
                 self.reset()
                 self.seed(queue="bench", n=n)
                 self.settle()
@@ -1139,9 +1195,7 @@ def ratios(r: dict[str, Any]) -> dict[str, float | None]:
         "processing_1proc": div(proc["1proc"]["jobs_per_s"], one),
         "processing_2proc": div(proc["2proc"]["jobs_per_s"], two),
         "processing_1proc_c100": div(proc["1proc_c100"]["jobs_per_s"], one),
-        "processing_observed": div(
-            (proc.get("1proc_observed") or {}).get("jobs_per_s"), proc["1proc"]["jobs_per_s"]
-        ),
+        "processing_observed": observed_ratio(proc),
         "enqueue_one_per_tx": div(enq["one_per_tx"]["jobs_per_s"], raw["insert_one"]["jobs_per_s"]),
         "enqueue_unique_one_per_tx": div(
             enq["unique_one_per_tx"]["jobs_per_s"], raw["insert_one"]["jobs_per_s"]
@@ -1167,6 +1221,20 @@ def ratios(r: dict[str, Any]) -> dict[str, float | None]:
             cold["enqueue_one_per_tx"]["jobs_per_s"], raw["insert_one"]["jobs_per_s"]
         )
     return out
+
+
+def observed_ratio(proc: dict[str, Any]) -> float | None:
+    """Return the in-run ratio of tracing + metrics on to off.
+
+    The median of the alternated pairs' ratios; a run written before the
+    pairs (one on run) is read against the run's 1-process figure, as it
+    was then.
+    """
+    observed = proc.get("1proc_observed") or {}
+    if "ratio" in observed:
+        return observed["ratio"]  # type: ignore[no-any-return]
+    on, off = observed.get("jobs_per_s"), proc["1proc"]["jobs_per_s"]
+    return round(on / off, 3) if on and off else None
 
 
 #: The targets of the benchmark: (label, engines, how to read the figure, test).
@@ -1371,17 +1439,14 @@ def render(engine: str, title: str, r: dict[str, Any]) -> str:
         ("1proc", one, "raw 1 conn", "1 worker process"),
         ("2proc", two, "raw 2 conns", "2 worker processes"),
         ("1proc_c100", one, "raw 1 conn", "(diagnostic) 1 process, concurrency 100"),
-        (
-            "1proc_observed",
-            proc["1proc"]["jobs_per_s"],
-            "1 process, off",
-            "1 process, tracing (0.1) + metrics on",
-        ),
     ):
         p = proc.get(key)
         if p:
             extra = f"; CPU {p.get('cpu_us_per_job', 0):,.0f} µs/job"
             line(what, p["jobs_per_s"], bound, label, extra)
+    observed = proc.get("1proc_observed")
+    if observed:
+        lines.append("  " + render_observed(observed, proc["1proc"]["jobs_per_s"]))
     empty = r["growth"]["empty"]
     lines.append("Hot statements alone (10 jobs, rolled back; median wall ms in the runner)")
     for name in ("claim", "finalize"):
@@ -1598,6 +1663,10 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"runs": runs}
     if len(runs) > 1:
         out["median"] = median_tree(runs)
+        # A median's pairs would be the first run's: the runs' own are in "runs".
+        observed = out["median"].get("processing", {}).get("1proc_observed")
+        if isinstance(observed, dict):
+            observed.pop("pairs", None)
         show = render_growth if args.growth_only else render
         print(show(suite.engine_name, f"median of {len(runs)} runs", out["median"]), flush=True)
         print(flush=True)
@@ -1629,6 +1698,35 @@ def render_observe(engine: str, r: dict[str, Any]) -> str:
             f"(+{r[f'extra_cpu_us_{name}']})"
         )
     return "\n".join(lines)
+
+
+def render_observed(observed: dict[str, Any], off: float | None) -> str:
+    """Return the line of the in-run tracing + metrics figure (pairs, or one run before them)."""
+    what = "1 process, tracing (0.1) + metrics on"
+    pairs = observed.get("pairs")
+    if not isinstance(pairs, list) and observed.get("ratio") is not None:  # the runs' medians
+        return (
+            f"{what:<44} {observed['ratio']:.2f} x off, the median of the runs' medians of "
+            f"alternated off/on pairs; on {num(observed['jobs_per_s'])} / off "
+            f"{num(observed.get('off_jobs_per_s'))} jobs/s"
+        )
+    if not isinstance(pairs, list):  # one on run against the run's 1-process figure
+        return (
+            f"{what:<44} hopper {num(observed['jobs_per_s']):>7} jobs/s = "
+            f"{ratio(observed['jobs_per_s'], off)} 1 process, off ({num(off)})"
+        )
+    each = " / ".join(
+        f"{p['ratio']:.2f}{'' if p['first'] == 'off' else '*'}" if p["ratio"] else "n/a"
+        for p in pairs
+    )
+    shown = "n/a" if observed.get("ratio") is None else f"{observed['ratio']:.2f} x"
+    return (
+        f"{what:<44} {shown} off, median of {len(pairs)} alternated off/on pairs ({each}; "
+        f"* on first); on {num(observed['jobs_per_s'])} / off "
+        f"{num(observed.get('off_jobs_per_s'))} jobs/s, CPU "
+        f"{observed.get('off_cpu_us_per_job') or 0:,.0f} -> "
+        f"{observed.get('cpu_us_per_job') or 0:,.0f} µs/job"
+    )
 
 
 def render_pgbouncer(r: dict[str, Any]) -> str:
