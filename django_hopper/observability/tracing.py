@@ -446,6 +446,32 @@ class TracingSink(Sink):
         if carrier is None:
             # A job enqueued without a trace starts one (an explicit empty parent:
             # never whatever an earlier attempt left current in this thread).
+            provider = self._provider or trace.get_tracer_provider()
+            asked, decider = self._deciders
+            if asked is not provider:
+                decider = self._decider()
+            if decider is not None and decider.random_ids and decider.tracer._is_enabled():
+                # The root's decision as _Decider.dropped takes it, inline: the
+                # trace ID drawn as the SDK's RandomIdGenerator draws it, and
+                # for a dropped root its non-recording span current, made in
+                # one step (no call of the decider's, no context copied).
+                trace_id = random.getrandbits(128)
+                while not trace_id:
+                    trace_id = random.getrandbits(128)
+                rule = decider.root
+                if rule is True or (rule is not False and trace_id & _TRACE_ID_LIMIT >= rule):
+                    span_id = random.getrandbits(64)
+                    while not span_id:
+                        span_id = random.getrandbits(64)
+                    context = _new_tuple(
+                        SpanContext, (trace_id, span_id, False, _RANDOM_FLAGS, _NO_STATE, True)
+                    )
+                    self._attach(otel_context.Context({_SPAN_KEY: NonRecordingSpan(context)}))
+                    self._thread.unsampled = job
+                    return
+                _primed.trace_id = trace_id  # recorded: the SDK's start takes this trace ID
+                self._start(decider.tracer, job, _ROOT, recorded=True)
+                return
             parent = _ROOT
         else:
             stored = _stored_parent(carrier) if isinstance(carrier, dict) else None
@@ -474,7 +500,17 @@ class TracingSink(Sink):
                 self._thread.unsampled = job
                 return
             tracer = decider.tracer  # the one that starts a root with the ID drawn to decide
+        self._start(tracer, job, parent)
+
+    def _start(self, tracer: Any, job: JobRow, parent: Any, *, recorded: bool = False) -> None:
+        """Start the attempt's span with the SDK under ``parent``, current in this thread.
+
+        ``recorded``: the sampler's decision is known to record it (taken
+        ahead by hopper), so the message ID goes with the start's attributes.
+        """
         name, attributes = self._described(job.queue, job.kind, job.attempt)
+        if recorded:
+            attributes = {**attributes, "messaging.message.id": str(job.id)}
         now = time.time_ns()
         span = tracer.start_span(
             name,
@@ -491,17 +527,18 @@ class TracingSink(Sink):
                 otel_context.attach(trace.set_span_in_context(span, parent))
                 self._thread.unsampled = job
             return
-        # The message ID is unique per job: set on a recorded span only, after
-        # the sampler decided (no sampler decides by it), so that an unsampled
-        # attempt never formats it.
-        span.set_attribute("messaging.message.id", str(job.id))
+        if not recorded:
+            # The message ID is unique per job: set on a recorded span only,
+            # after the sampler decided (no sampler decides by it), so that an
+            # unsampled attempt never formats it.
+            span.set_attribute("messaging.message.id", str(job.id))
         span.add_event("started", timestamp=now)
         # Made current by setting the context, not attach/detach with a token:
         # the attempt may end in another context than it started in (a sync
         # timeout ends it from the main thread; an async job's signals run in
         # copies of its task's context), where a token cannot be reset. The
         # next attempt of the thread, or the end of this one, replaces it.
-        otel_context.attach(trace.set_span_in_context(span, parent))
+        self._attach(_current_in(span, parent))
         self._running[(job.id, job.fence)] = (span, threading.get_ident())
 
     def _described(self, queue: str, kind: str, attempt: int) -> tuple[str, Mapping[str, Any]]:
@@ -578,4 +615,4 @@ class TracingSink(Sink):
             span.add_event("canceled")
         span.end()
         if ident == threading.get_ident() and trace.get_current_span() is span:
-            otel_context.attach(_ROOT)
+            self._attach(_ROOT)

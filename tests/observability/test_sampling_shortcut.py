@@ -259,3 +259,111 @@ def test_make_current__leaves_another_runtime_context_to_attach(monkeypatch: pyt
 
     monkeypatch.setattr(otel_context, "_RUNTIME_CONTEXT", Elsewhere())
     assert tracing._make_current() is otel_context.attach
+
+
+def _untraced(sink: TracingSink, job: Any, *args: Any) -> str:
+    """Enqueue ``job`` outside any trace (as SQL or an untraced process would); return its ID."""
+    observability.remove_sink(sink)
+    try:
+        return str(job.enqueue(*args).id)
+    finally:
+        observability.add_sink(sink)
+
+
+def _traceparent(job_id: str) -> tuple[int, int, int]:
+    """Return the stored context of a job: (trace ID, parent span ID, flags)."""
+    _, trace_id, span_id, flags = (
+        api.get_job(job_id).metadata[METADATA_KEY]["traceparent"].split("-")
+    )
+    return int(trace_id, 16), int(span_id, 16), int(flags, 16)
+
+
+def test_tracing__an_unsampled_root_attempt_passes_its_trace_id_to_the_jobs_it_enqueues(
+    tx_engine, make_worker
+):
+    provider, exporter = _provider(ParentBased(TraceIdRatioBased(0.0)))  # every root dropped
+    sink = observability.add_sink(TracingSink(tracer_provider=provider))
+    try:
+        parent_id = _untraced(sink, jobs.obs_trace_and_child, 1, 2)
+        worker = make_worker(queues={"default": 1})
+        assert worker.run_once() == 1
+        trace_hex, sampled, child_id = api.get_job(parent_id).output.split("-", 2)
+        assert worker.run_once() == 1
+    finally:
+        observability.remove_sink(sink)
+    # The dropped root was current in the attempt: a valid trace, not sampled,
+    # and the child's stored context carries that trace and that decision.
+    trace_id = int(trace_hex, 16)
+    assert trace_id != 0 and sampled == "0"
+    stored_trace, stored_span, flags = _traceparent(child_id)
+    assert stored_trace == trace_id and stored_span != 0
+    assert flags & 1 == 0
+    assert api.get_job(child_id).output == 3
+    assert exporter.get_finished_spans() == ()
+
+
+def test_tracing__a_sampled_root_attempt_is_exported_in_the_trace_its_child_job_links_to(
+    tx_engine, make_worker
+):
+    provider, exporter = _provider(ParentBased(TraceIdRatioBased(1.0)))  # every root recorded
+    sink = observability.add_sink(TracingSink(tracer_provider=provider))
+    try:
+        parent_id = _untraced(sink, jobs.obs_trace_and_child, 1, 2)
+        worker = make_worker(queues={"default": 1})
+        assert worker.run_once() == 1
+        trace_hex, sampled, child_id = api.get_job(parent_id).output.split("-", 2)
+        assert worker.run_once() == 1
+    finally:
+        observability.remove_sink(sink)
+    finished = exporter.get_finished_spans()
+    runs = {s.attributes["messaging.message.id"]: s for s in finished if s.name.startswith("run ")}
+    (enqueue,) = (s for s in finished if s.name.startswith("enqueue "))
+    root, child_run = runs[parent_id], runs[child_id]
+    # The root's span is the SDK's, with the trace ID hopper drew to decide,
+    # its attributes as any run span's; the child links to it through the database.
+    assert root.parent is None and sampled == "1"
+    assert root.context.trace_id == int(trace_hex, 16)
+    assert dict(root.attributes) == {
+        "messaging.system": "django_hopper",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": "default",
+        "hopper.job.kind": jobs.obs_trace_and_child.kind,
+        "hopper.job.attempt": 1,
+        "messaging.message.id": parent_id,
+        "hopper.job.state": "completed",
+    }
+    assert [e.name for e in root.events] == ["started"]
+    assert enqueue.parent.span_id == root.context.span_id
+    stored_trace, stored_span, flags = _traceparent(child_id)
+    assert (stored_trace, stored_span) == (root.context.trace_id, enqueue.context.span_id)
+    assert flags & 1 == 1
+    assert child_run.parent.span_id == enqueue.context.span_id
+    assert {s.context.trace_id for s in finished} == {root.context.trace_id}
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.3, 1.0])
+def test_tracing__a_root_attempt_is_the_span_the_sdk_would_start(ratio: float):
+    from bench.hooks import _jobs
+
+    sampler = ParentBased(TraceIdRatioBased(ratio))
+    provider, exporter = _provider(sampler)
+    sink = TracingSink(tracer_provider=provider)
+    attempts = _jobs(40, [None])
+    random.seed(11)
+    seen = []
+    for job in attempts:
+        sink.started(job)
+        span = trace.get_current_span()
+        seen.append((*_described(span), span.is_recording()))
+        sink.finished(job, "completed", None, 0.001)
+        assert trace.get_current_span().get_span_context().is_valid is False
+    # The SDK alone, from the same seed: the same IDs, flags and decisions.
+    tracer = otel_sdk.TracerProvider(sampler=sampler).get_tracer("sdk")
+    random.seed(11)
+    expected = []
+    for _ in attempts:
+        span = tracer.start_span("run", context=otel_context.Context())
+        expected.append((*_described(span), span.is_recording()))
+        span.end()
+    assert seen == expected
+    assert len(exporter.get_finished_spans()) == sum(recorded for *_, recorded in seen)

@@ -276,6 +276,16 @@ def obs_enqueue_child(a: int, b: int) -> str:
     return str(add.enqueue(a, b).id)
 
 
+@job
+def obs_trace_and_child(a: int, b: int) -> str:
+    """Enqueue ``add(a, b)``; return ``{trace ID}-{sampled flag}-{child's ID}`` of this attempt."""
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    child = add.enqueue(a, b)
+    return f"{context.trace_id:032x}-{int(context.trace_flags) & 1}-{child.id}"
+
+
 def _current_span_id() -> str:
     from opentelemetry import trace
 
