@@ -34,14 +34,18 @@ from django.dispatch import Signal
 
 logger = logging.getLogger("django_hopper")
 
-#: Signal -> (its receiver list entry's lookup key, the receiver, whether it
-#: takes the signal's arguments positionally) of a receiver connected with
-#: :func:`connect_direct`.
-_direct: dict[Signal, tuple[Any, Callable[..., Any], bool]] = {}
+#: Signal -> (its receiver list entry's lookup key, the receiver, what
+#: :func:`send_positional` calls with the signal's arguments in order, or
+#: None) of a receiver connected with :func:`connect_direct`.
+_direct: dict[Signal, tuple[Any, Callable[..., Any], Callable[..., Any] | None]] = {}
 
 
 def connect_direct(
-    signal: Signal, receiver: Callable[..., Any], dispatch_uid: str, *, positional: bool = False
+    signal: Signal,
+    receiver: Callable[..., Any],
+    dispatch_uid: str,
+    *,
+    positional: bool | Callable[..., Any] = False,
 ) -> None:
     """Connect ``receiver`` for every sender; call it directly while it listens alone.
 
@@ -52,13 +56,16 @@ def connect_direct(
     ordinary dispatch for every receiver. An exception is logged, as from
     ``send_robust``.
 
-    ``positional``: the receiver also takes ``(sender, *arguments)`` in the
-    order :func:`send_positional` sends them, so a per-attempt signal reaches
-    it without building keyword dictionaries.
+    ``positional``: True when the receiver also takes ``(sender, *arguments)``
+    in the order :func:`send_positional` sends them, so a per-attempt signal
+    reaches it without building keyword dictionaries; or the function that
+    takes them so in the receiver's stead (one without the ``**kwargs`` a
+    receiver needs, whose empty dictionary each call would make).
     """
     signal.connect(receiver, dispatch_uid=dispatch_uid, weak=False)
     key = next(entry[0] for entry in signal.receivers if entry[0][0] == dispatch_uid)
-    _direct[signal] = (key, receiver, positional)
+    direct = receiver if positional is True else (positional or None)
+    _direct[signal] = (key, receiver, direct)
 
 
 def disconnect_direct(signal: Signal, dispatch_uid: str) -> None:
@@ -104,9 +111,9 @@ def send_positional(signal: Signal, sender: Any, *args: Any) -> None:
         return
     if len(receivers) == 1:
         direct = _direct.get(signal)
-        if direct is not None and direct[2] and receivers[0][0] == direct[0]:
+        if direct is not None and direct[2] is not None and receivers[0][0] == direct[0]:
             try:
-                direct[1](sender, *args)
+                direct[2](sender, *args)
             except Exception as exc:
                 logger.error("a signal receiver %r failed: %s", direct[1], exc)
             return

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -131,7 +131,13 @@ def _on_enqueued(
 
 
 def _on_started(sender: Any, job: JobRow, **kwargs: Any) -> None:
-    # Per attempt, in the job's thread: no result list, no lookups.
+    _attempt_started(sender, job)
+
+
+def _attempt_started(sender: Any, job: JobRow) -> None:
+    # Per attempt, in the job's thread: no result list, no lookups; called
+    # directly with the worker's arguments (no keyword dictionary) while the
+    # hub is the signal's only receiver.
     _starts[id(job)] = (job, perf_counter())
     for handler in _started_handlers:
         try:
@@ -147,6 +153,16 @@ def _on_finished(
     error: BaseException | str | None = None,
     output: Any = None,
     **kwargs: Any,
+) -> None:
+    _attempt_finished(sender, job, state, error, output)
+
+
+def _attempt_finished(
+    sender: Any,
+    job: JobRow,
+    state: str,
+    error: BaseException | str | None = None,
+    output: Any = None,
 ) -> None:
     start = _starts.pop(id(job), None)
     duration = None if start is None else perf_counter() - start[1]
@@ -187,6 +203,13 @@ _RECEIVERS: dict[str, tuple[Signal, Any]] = {
 }
 
 
+#: What the per-attempt signals call directly (see ``signals.connect_direct``).
+_POSITIONAL: dict[str, Callable[..., Any]] = {
+    "started": _attempt_started,
+    "finished": _attempt_finished,
+}
+
+
 def _rewire() -> None:
     global _started_handlers, _finished_handlers
     wanted = set().union(*(s.wants for s in _sinks)) if _sinks else set()
@@ -197,9 +220,9 @@ def _rewire() -> None:
     for event, (signal, receiver) in _RECEIVERS.items():
         uid = f"django_hopper.observability.{event}"
         if event in wanted:
-            # The per-attempt receivers take the worker's arguments in order too.
-            positional = event in ("started", "finished")
-            signals.connect_direct(signal, receiver, uid, positional=positional)
+            # The per-attempt signals reach their hub functions with the
+            # worker's arguments in order.
+            signals.connect_direct(signal, receiver, uid, positional=_POSITIONAL.get(event, False))
         else:
             signals.disconnect_direct(signal, uid)
     if "started" not in wanted:

@@ -128,3 +128,32 @@ def test_send_positional__names_the_arguments_for_every_receiver_once_another_co
         ("direct", (), {"signal": attempt_signal, "sender": "fn", **named}),
         ("other", "fn", {"signal": attempt_signal, **named}),
     ]
+
+
+def test_send_positional__calls_the_positional_function_alone_and_the_receiver_once_dispatched(
+    signal: Signal, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(signals._POSITIONAL, signal, ("job",))
+    calls: list[Any] = []
+
+    def receiver(sender: Any, **kwargs: Any) -> None:
+        calls.append(("receiver", sender, kwargs["job"]))
+
+    def positional(sender: Any, job: Any) -> None:
+        calls.append(("positional", sender, job))
+
+    def other(**kwargs: Any) -> None:
+        calls.append(("other",))
+
+    signals.connect_direct(signal, receiver, "test.direct", positional=positional)
+    try:
+        signals.send_positional(signal, "a sender", "a job")
+        signal.connect(other, weak=False)
+        signals.send_positional(signal, "a sender", "a job")
+    finally:
+        signals.disconnect_direct(signal, "test.direct")
+    assert calls == [
+        ("positional", "a sender", "a job"),
+        ("receiver", "a sender", "a job"),
+        ("other",),
+    ]
