@@ -382,7 +382,9 @@ class JobsMixin(SQLiteSupport):
                     raise
         with self._atomic(), self._hot_cursor() as c:
             args, now_s = self._finalize_args(params, by_key, batch, timed)
-            return self._finalize(c, args, by_key, params, now_s)
+            applied = self._finalize(c, args, by_key, params, now_s)
+        self._checkpoint_after(len(by_key))
+        return applied
 
     def _finalize_batch(
         self, params: JobFinalizeParams

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import logging
 import os
 import re
 import sqlite3
@@ -45,8 +46,20 @@ UTC = dt.UTC
 P = ParamSpec("P")
 R = TypeVar("R")
 
+logger = logging.getLogger("django_hopper.engine")
+
 #: How long a statement told not to wait still waits for the write lock (ms).
 SHORT_BUSY_TIMEOUT_MS = 50
+
+#: WAL frames the checkpoints a process runs after its own finalizes aim at
+#: (SQLiteSupport._checkpoint_after): under SQLite's automatic checkpoint (1,000
+#: frames), which would fire inside a commit, under the write lock.
+CHECKPOINT_FRAMES = 500
+#: Results finalized before the first such checkpoint; each checkpoint then sets
+#: the count before the next from the frames its results wrote (a no-op job
+#: writes 0.1-3 frames with its claim, more in small batches), within these bounds.
+CHECKPOINT_EVERY_RESULTS = 200
+CHECKPOINT_RESULTS_MIN, CHECKPOINT_RESULTS_MAX = 20, 5_000
 
 #: CHECK constraints of the job tables -> the input field each one guards.
 _CHECK_FIELDS = {
@@ -286,8 +299,63 @@ def write_lock(name: str) -> WriteLock:
     return lock
 
 
+#: Per database file (this process): [results finalized since the last
+#: checkpoint, results due before the next]. Counted without a lock: a lost
+#: count only moves a checkpoint by a few results.
+_UNCHECKPOINTED: dict[str, list[int]] = {}
+
+
 class SQLiteSupport(BaseEngine):
     """Helpers of the SQLite engine's mixins; holds no state beyond the alias."""
+
+    def _checkpoint_after(self, results: int) -> None:
+        """Count ``results`` just finalized in a transaction this engine opened and
+        committed; once enough were that the WAL holds about
+        :data:`CHECKPOINT_FRAMES`, checkpoint it here, outside the process's
+        write lock.
+
+        SQLite's automatic checkpoint runs inside the ``COMMIT`` that takes the
+        WAL past 1,000 frames: copying them into the database file, and syncing
+        it, while that commit still holds the process's
+        :class:`WriteLock`, so the producer's next claim waits for it. Here the
+        finalizing thread (the worker's completer) copies them first without
+        holding anything (``PASSIVE``: writers go on meanwhile), then, only if
+        frames were committed during that copy, again under the write lock,
+        where it copies just those. The WAL is then fully copied with no writer
+        of this process between, so the next transaction starts it again from
+        its first frame: it stays bounded. The automatic checkpoint is left as
+        it is configured and takes over should these fall behind; durability is
+        the database's ``synchronous`` setting either way.
+
+        A failure here changes nothing already committed: it is logged and the
+        automatic checkpoint does the work.
+        """
+        wrapper = self.connection
+        raw = wrapper.connection
+        if raw is None or wrapper.in_atomic_block or not wrapper.autocommit:
+            return  # the caller's transaction, not one this engine committed
+        name = wrapper.settings_dict["NAME"]
+        count = _UNCHECKPOINTED.get(name)
+        if count is None:
+            count = _UNCHECKPOINTED[name] = [0, CHECKPOINT_EVERY_RESULTS]
+        count[0] += results
+        if count[0] < count[1]:
+            return
+        done, count[0] = count[0], 0
+        sql = Q["job_finalize_many.checkpoint"]
+        try:
+            busy, frames, copied = raw.execute(sql).fetchone()
+            if frames > 0:
+                # The frames these results (and the claims between) wrote, if the WAL
+                # started again since the last checkpoint; more if it did not.
+                every = done * CHECKPOINT_FRAMES // frames
+                count[1] = min(max(every, CHECKPOINT_RESULTS_MIN), CHECKPOINT_RESULTS_MAX)
+            if not busy and frames > copied >= 0:
+                with write_lock(name):
+                    busy, frames, copied = raw.execute(sql).fetchone()
+            logger.debug("WAL checkpoint: %d of %d frames copied", copied, frames)
+        except sqlite3.Error:
+            logger.debug("a WAL checkpoint after a finalize failed", exc_info=True)
 
     def now(self) -> dt.datetime:
         """Return the machine's clock: SQLite is embedded, so it is the database's."""

@@ -447,6 +447,12 @@ WHERE id IN (
 DELETE FROM hopper_job_log
 WHERE job_id IN (SELECT value FROM json_each(%(ids)s));
 
+-- name: job_finalize_many.checkpoint
+-- Copy the WAL's committed frames into the database file without waiting for
+-- anyone (support.SQLiteSupport._checkpoint_after): (busy, frames in the WAL,
+-- frames copied); -1 frames when the database is not in WAL mode.
+PRAGMA wal_checkpoint(PASSIVE);
+
 -- name: job_finalize_many.busy_timeout
 PRAGMA busy_timeout;
 
