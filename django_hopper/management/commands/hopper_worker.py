@@ -183,6 +183,7 @@ class Command(BaseCommand):
             burst=options["burst"],
             shutdown_timeout=options["shutdown_timeout"],
             maintenance=not options["no_maintenance"],
+            freeze_heap=True,
         )
         worker = Worker(config, get_engine(alias))
         if metrics_port is not None:
