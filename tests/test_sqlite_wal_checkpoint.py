@@ -1,7 +1,8 @@
 """The SQLite engine checkpoints the WAL after its own finalizes, outside the
-process's write lock: the WAL stays bounded by that alone (SQLite's automatic
-checkpoint turned off here), a finalize in the caller's transaction runs none,
-and a checkpoint that fails leaves the finalize's result standing."""
+process's write lock, then under it for what was committed meanwhile: the WAL
+stays bounded by that alone (SQLite's automatic checkpoint turned off here) and
+starts again after it, a finalize in the caller's transaction runs none, and a
+checkpoint that fails leaves the finalize's result standing."""
 
 from __future__ import annotations
 
@@ -170,3 +171,68 @@ def test_finalize__a_failed_checkpoint_leaves_the_finalize_applied(
 
     assert len(applied) == 10
     assert all(engine.job_get(j.id).state == JobState.COMPLETED for j in claimed.jobs)
+
+
+class CommitDuringCheckpoint:
+    """A sqlite3 connection after whose first checkpoint another connection
+    commits, as the producer's claim may while the completer copies frames."""
+
+    def __init__(self, raw: sqlite3.Connection, path: str) -> None:
+        self._raw = raw
+        self._path = path
+        self.checkpoints = 0
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        cursor = self._raw.execute(sql, *args)
+        if "wal_checkpoint" in sql:
+            self.checkpoints += 1
+            if self.checkpoints == 1:
+                rows = cursor.fetchall()
+                other = sqlite3.connect(self._path, isolation_level=None)
+                other.execute("UPDATE hopper_job SET priority = priority WHERE queue = 'wal'")
+                other.close()
+                return _Rows(rows)
+        return cursor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+class _Rows:
+    def __init__(self, rows: list[Any]) -> None:
+        self._rows = rows
+
+    def fetchone(self) -> Any:
+        return self._rows[0]
+
+
+def test_finalize__frames_committed_during_the_checkpoint_are_copied_under_the_lock(
+    no_auto_checkpoint: BaseEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = no_auto_checkpoint
+    client_id = register(engine)
+    insert(engine, 200)
+    claimed = engine.job_claim(JobClaimParams(queue="wal", client_id=client_id, limit=100))
+    monkeypatch.setattr(support, "CHECKPOINT_EVERY_RESULTS", 1)
+    wrapper = connections["default"]
+    raw = wrapper.connection
+    wrapper.connection = CommitDuringCheckpoint(raw, wrapper.settings_dict["NAME"])
+    try:
+        engine.job_finalize_many(
+            JobFinalizeParams(
+                jobs=[
+                    JobFinalize(id=j.id, attempted_by=client_id, fence=j.fence, state="completed")
+                    for j in claimed.jobs
+                ]
+            )
+        )
+        assert wrapper.connection.checkpoints == 2
+    finally:
+        wrapper.connection = raw
+
+    # Everything was copied, the other connection's commit included, so the next
+    # transaction starts the WAL again: it holds that transaction's frames alone.
+    with connection.cursor() as c:
+        c.execute("UPDATE hopper_job SET priority = priority WHERE queue = 'wal'")
+        _, frames, _ = c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert 0 < frames < 20

@@ -319,9 +319,10 @@ class SQLiteSupport(BaseEngine):
         it, while that commit still holds the process's
         :class:`WriteLock`, so the producer's next claim waits for it. Here the
         finalizing thread (the worker's completer) copies them first without
-        holding anything (``PASSIVE``: writers go on meanwhile), then, only if
-        frames were committed during that copy, again under the write lock,
-        where it copies just those. The WAL is then fully copied with no writer
+        holding anything (``PASSIVE``: writers go on meanwhile), then again
+        under the write lock, where it copies only the frames committed during
+        the first pass (none most often: then it reads the WAL's header and
+        returns). The WAL is then fully copied with no writer
         of this process between, so the next transaction starts it again from
         its first frame: it stays bounded. The automatic checkpoint is left as
         it is configured and takes over should these fall behind; durability is
@@ -350,7 +351,9 @@ class SQLiteSupport(BaseEngine):
                 # started again since the last checkpoint; more if it did not.
                 every = done * CHECKPOINT_FRAMES // frames
                 count[1] = min(max(every, CHECKPOINT_RESULTS_MIN), CHECKPOINT_RESULTS_MAX)
-            if not busy and frames > copied >= 0:
+            if not busy and frames >= 0:
+                # What this process committed while the frames were copied (the
+                # first pass copies up to where the WAL ended when it began).
                 with write_lock(name):
                     busy, frames, copied = raw.execute(sql).fetchone()
             logger.debug("WAL checkpoint: %d of %d frames copied", copied, frames)
