@@ -13,6 +13,7 @@ from django_hopper.types import CHANNEL_DONE, JobRow
 
 if TYPE_CHECKING:
     from django_hopper.engine.base import BaseEngine, Listener
+    from django_hopper.engine.params import JobInsertResult
 
 
 class JobHandle:
@@ -22,26 +23,65 @@ class JobHandle:
     ``id`` and ``job`` are then that job's. ``refresh()`` reads the job again
     (live or history); a way to await the result can build on the stored alias
     and ``refresh()``.
+
+    The row of a job ``enqueue()`` inserted is built when ``job`` is first
+    read (the same row, from the values the insert sent and returned); ``id``,
+    ``kind`` and ``duplicate`` never need it.
     """
 
-    __slots__ = ("_alias", "duplicate", "job")
+    __slots__ = ("_alias", "_id", "_job", "_kind", "_result", "duplicate")
 
     def __init__(self, job: JobRow, *, duplicate: bool = False, alias: str | None = None) -> None:
-        self.job = job
+        self._job: JobRow | None = job
+        self._result: JobInsertResult | None = None
+        self._id = job.id
+        self._kind = job.kind
         self.duplicate = duplicate
         self._alias = alias
+
+    @classmethod
+    def _inserted(
+        cls, result: JobInsertResult, job_id: uuid.UUID, kind: str, alias: str | None
+    ) -> JobHandle:
+        """Return the handle of a job just inserted as ``job_id``.
+
+        Its row is read from ``result`` when first needed.
+        """
+        handle = cls.__new__(cls)
+        handle._job = None
+        handle._result = result
+        handle._id = job_id
+        handle._kind = kind
+        handle.duplicate = result.duplicate
+        handle._alias = alias
+        return handle
 
     def __repr__(self) -> str:
         dup = " duplicate" if self.duplicate else ""
         return f"<JobHandle {self.kind} {self.id} {self.job.state}{dup}>"
 
     @property
+    def job(self) -> JobRow:
+        """The job's row: as inserted (or found, for a duplicate), or as ``refresh()`` read it."""
+        job = self._job
+        if job is None:
+            assert self._result is not None
+            job = self._job = self._result.job
+            self._result = None
+        return job
+
+    @job.setter
+    def job(self, row: JobRow) -> None:
+        self._job = row
+        self._result = None
+
+    @property
     def id(self) -> uuid.UUID:
-        return self.job.id
+        return self._id
 
     @property
     def kind(self) -> str:
-        return self.job.kind
+        return self._kind
 
     def _engine(self) -> BaseEngine:
         # Imported here: importing the public API (``from django_hopper import job``)

@@ -620,10 +620,18 @@ def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]
         fn, params_one = entries[0]
         if signals.job_enqueuing.receivers:
             params_one = signals.enqueuing(fn, [params_one])[0]
-        one = engine.job_insert_many([params_one], skip_opts)[0]
-        handle = JobHandle(one.job, duplicate=one.duplicate, alias=engine.alias)
+            one = engine.job_insert_many([params_one], skip_opts)[0]
+            handle = JobHandle(one.job, duplicate=one.duplicate, alias=engine.alias)
+        else:
+            # The params were built for this call and nobody else holds them:
+            # the ID is made here, so the handle needs no row to know it, and
+            # the row is built only if the caller reads it.
+            if params_one.id is None:
+                params_one.id = new_ids(1)[0]
+            one = engine.job_insert_many([params_one], skip_opts)[0]
+            handle = JobHandle._inserted(one, params_one.id, params_one.kind, engine.alias)
         if job_enqueued.receivers:
-            job_enqueued.send(sender=fn, jobs=[one.job], duplicates=[])
+            job_enqueued.send(sender=fn, jobs=[handle.job], duplicates=[])
         return [handle]
     plain: list[int] = []
     skip: list[int] = []

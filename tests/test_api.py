@@ -28,6 +28,7 @@ from django_hopper.engine.params import (
     JobClaimParams,
     JobFinalize,
     JobFinalizeParams,
+    JobInsertResult,
 )
 from django_hopper.exceptions import (
     InvalidJob,
@@ -285,6 +286,49 @@ def test_enqueue__handle_has_id_kind_row_and_refreshes(db: None) -> None:
     api.delete_job(handle.id)
     with pytest.raises(NotFound):
         handle.refresh()
+
+
+def test_enqueue__handle_knows_its_id_and_kind_before_its_row_is_built(
+    db: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing listens (observability off): no receiver asks for the row.
+    monkeypatch.setattr(signals.job_enqueuing, "receivers", [])
+    monkeypatch.setattr(signals.job_enqueued, "receivers", [])
+    handle = testjobs.add.enqueue(1, 2)
+    assert handle._job is None  # nothing read the row yet
+    assert handle.kind == testjobs.add.kind
+    stored = api.get_job(handle.id)
+    assert handle._job is None
+    assert handle.job == stored
+    assert repr(handle) == f"<JobHandle {handle.kind} {handle.id} available>"
+
+
+def test_insert_result__takes_a_row_or_a_way_to_build_it_and_reads_the_same() -> None:
+    row = JobRow(
+        id=uuid.uuid4(),
+        kind="k",
+        queue="q",
+        state="available",
+        priority=0,
+        attempt=0,
+        max_attempts=1,
+        scheduled_at=timezone.now(),
+        created_at=timezone.now(),
+    )
+    built: list[JobRow] = []
+
+    def build() -> JobRow:
+        built.append(row)
+        return row
+
+    lazy = JobInsertResult(build=build)
+    assert built == []
+    assert lazy == JobInsertResult(row) and lazy.job is row and lazy.job is row
+    assert built == [row]
+    with pytest.raises(TypeError):
+        JobInsertResult()
+    with pytest.raises(TypeError):
+        JobInsertResult(row, build=build)
 
 
 def test_enqueue__decorator_options_land_on_the_row(db: None) -> None:

@@ -27,7 +27,7 @@ from django_hopper.engine.params import (
     JobRecordProgressParams,
     JobRetryParams,
 )
-from django_hopper.engine.postgres import convert
+from django_hopper.engine.postgres import convert, support
 from django_hopper.engine.postgres.support import QUERIES, raw_query
 from django_hopper.exceptions import (
     DatabaseError,
@@ -657,7 +657,7 @@ def test_enqueue__a_statement_found_taken_then_missing_is_prepared_again(
             return real.exec_(query)
 
     other = OtherServer()
-    _raw, prepared, tx = connection._hopper_named
+    _raw, prepared, tx, quoted = connection._hopper_named
 
     class Quoting:
         """The connection's literals, quoted on the real pgconn."""
@@ -672,13 +672,13 @@ def test_enqueue__a_statement_found_taken_then_missing_is_prepared_again(
             finally:
                 raw.pgconn = other  # type: ignore[assignment]
 
-    connection._hopper_named = (raw, prepared, Quoting())
+    connection._hopper_named = (raw, prepared, Quoting(), {})
     raw.pgconn = other  # type: ignore[assignment]
     try:
         job = in_atomic()
     finally:
         raw.pgconn = real
-        connection._hopper_named = (raw, prepared, tx)
+        connection._hopper_named = (raw, prepared, tx, quoted)
     assert tx_engine.job_get(job.id) is not None
     assert connection.connection.info.transaction_status == TransactionStatus.IDLE
 
@@ -746,3 +746,28 @@ def test_leader__resign_notifies_only_when_held(engine: BaseEngine, db_now: dt.d
     assert engine.leader_get(db_now) == a
     engine.leader_resign(a)
     assert engine.leader_get(db_now) is None
+
+
+def test_enqueue__texts_quoted_once_per_connection_read_back_and_stay_bounded(
+    tx_engine: BaseEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The texts an insert carrying its BEGIN sends are quoted once per
+    connection (a job's kind and queue repeat on every enqueue), a few and short
+    ones only, and a text kept quoted reads back as itself."""
+    monkeypatch.setattr(support, "_QUOTED_MAX", 4)
+    texts = ["it's", "\\n'\\", 'a "q"', "x" * 300, "ü", "plain"]
+    ids = []
+    for _ in range(2):
+        for text in texts:
+            p = JobInsertParams(
+                kind="tests.job", queue="quoted", args={"args": [text], "kwargs": {}}
+            )
+            with transaction.atomic():
+                ids.append(
+                    (tx_engine.job_insert_many([p], JobInsertOpts(notify=True))[0].job.id, text)
+                )
+    quoted = connection._hopper_named[3]
+    assert len(quoted) == 4 and all(len(text) <= support._QUOTED_LENGTH_MAX for text in quoted)
+    for job_id, text in ids:
+        read = tx_engine.job_get(job_id)
+        assert read is not None and read.args == {"args": [text], "kwargs": {}}

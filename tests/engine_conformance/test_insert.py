@@ -127,6 +127,25 @@ def test_insert__one_job_runs_through_djangos_cursor_while_it_is_observed(
     assert one.job.scheduled_at == one.job.created_at
 
 
+def test_insert__one_job_reads_as_stored_even_after_its_params_change(
+    engine: BaseEngine,
+) -> None:
+    """The row of a one-job insert may be built when first read: it is the
+    row as stored, whatever the caller did to its params since."""
+    p = JobInsertParams(kind="tests.one", queue="q1", args={"args": [1], "kwargs": {}})
+    one = engine.job_insert_many([p], JobInsertOpts(notify=True))[0]
+    p.kind, p.queue, p.priority, p.max_attempts = "tests.other", "q2", 9, 2
+    p.args = {"args": [2], "kwargs": {}}
+
+    assert one.job == get(engine, one.job)
+    assert (one.job.kind, one.job.queue, one.job.args) == (
+        "tests.one",
+        "q1",
+        {"args": [1], "kwargs": {}},
+    )
+    assert one == JobInsertResult(one.job)
+
+
 def test_insert__an_empty_batch_inserts_nothing(engine: BaseEngine, db_now: dt.datetime) -> None:
     assert insert_many(engine, [], db_now) == []
     assert list_ids(engine) == []

@@ -26,6 +26,7 @@ from django_hopper.types import (
     AttemptLog,
     ClientRow,
     JobRow,
+    JobState,
     QueueLimits,
     QueueRow,
 )
@@ -174,6 +175,33 @@ def inserted_job(p: JobInsertParams, arrays: dict[str, Any], i: int, r: Sequence
         expires_at=r[3],
         awaited=bool(p.awaited),
         subject=p.subject,
+    )
+
+
+def plain_inserted(
+    job_id: uuid.UUID,
+    kind: str,
+    queue: str,
+    priority: int,
+    max_attempts: int,
+    now: dt.datetime,
+    args: str,
+) -> JobRow:
+    """Build the row ``job_insert_many.one`` wrote: :func:`inserted_job` of a job whose
+    other fields are at their defaults, available from the statement's ``now``."""
+    return JobRow(
+        id=job_id,
+        kind=kind,
+        queue=queue,
+        state=JobState.AVAILABLE,
+        priority=priority,
+        attempt=0,
+        max_attempts=max_attempts,
+        scheduled_at=now,
+        created_at=now,
+        args=load_json(args),
+        metadata={},
+        tags=[],
     )
 
 

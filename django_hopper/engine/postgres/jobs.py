@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -217,10 +218,19 @@ class JobsMixin(PostgresSupport):
             rows = self._fetchall("job_insert_many.one", plain, prepare=True, begin=True)
             if len(rows) != 1:  # pragma: no cover - no unique key, no conflict
                 raise DatabaseError(f"inserted {len(rows)} of 1 job")
-            now = rows[0][0]
-            returned = (job_id, JobState.AVAILABLE, now, None, now)
-            sent = {"args": [args], "metadata": ["{}"]}
-            return JobInsertResult(convert.inserted_job(p, sent, 0, returned))
+            # The row is built when first read (JobInsertResult), from values
+            # that never change: a caller keeping only the ID never pays for it.
+            row = partial(
+                convert.plain_inserted,
+                job_id,
+                p.kind,
+                p.queue,
+                p.priority,
+                p.max_attempts,
+                rows[0][0],
+                args,
+            )
+            return JobInsertResult(build=row)
         values = convert.insert_values(p, job_id)
         values["now"] = opts.now
         values["channel"] = CHANNEL_INSERT

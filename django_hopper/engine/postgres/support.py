@@ -61,6 +61,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import uuid
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Literal
@@ -175,6 +176,15 @@ def raw_query(sql: str) -> tuple[bytes, tuple[str, ...]]:
 
 
 _STATEMENT_NAMES: dict[bytes, bytes] = {}
+
+#: What ``_run_with_begin`` keeps per raw connection: the connection, the names
+#: it prepared, the Transformer that quotes literals, and the quoted literal of
+#: each short text it sent (a job's kind, queue, the wake-up's channel: the
+#: same few strings on every enqueue), as that Transformer quoted it.
+_NamedState = tuple[Any, set[bytes], abc.Transformer, dict[str, bytes]]
+#: Texts up to this long are kept quoted, up to this many per connection.
+_QUOTED_LENGTH_MAX = 256
+_QUOTED_MAX = 512
 
 
 def statement_name(text: bytes) -> bytes:
@@ -374,8 +384,12 @@ class PostgresSupport(BaseEngine):
             if cursor is not None:
                 raw = conn.connection
                 if begin and _sends_begin(raw):
-                    with conn.wrap_database_errors:
+                    try:
                         return self._run_with_begin(conn, cursor, sql or QUERIES[name], params)
+                    except Exception:
+                        # Django's wrapper, entered only on the way out of an error.
+                        with conn.wrap_database_errors:
+                            raise
                 if (
                     generic_plan
                     and raw.autocommit
@@ -385,9 +399,12 @@ class PostgresSupport(BaseEngine):
                     with conn.wrap_database_errors:
                         return self._run_generic(cursor, sql or QUERIES[name], params)
                 text, names = raw_query(sql or QUERIES[name])
-                with conn.wrap_database_errors:
+                try:
                     cursor.execute(text, [params[n] for n in names], prepare=not plan_each)
                     return cursor.fetchall() if _has_rows(cursor) else []
+                except Exception:
+                    with conn.wrap_database_errors:
+                        raise
             with conn.cursor() as django_cursor:
                 django_cursor.execute(sql or QUERIES[name], params)
                 if django_cursor.description is None:
@@ -434,20 +451,29 @@ class PostgresSupport(BaseEngine):
         raw = conn.connection
         text, names = raw_query(sql)
         name = statement_name(text)
-        state: tuple[Any, set[bytes], abc.Transformer] | None = getattr(conn, "_hopper_named", None)
+        state: _NamedState | None = getattr(conn, "_hopper_named", None)
         if state is None or state[0] is not raw:
-            state = (raw, set(), Transformer(cursor))
+            state = (raw, set(), Transformer(cursor), {})
             conn._hopper_named = state
-        _, prepared, tx = state
-        run = b"".join(
-            (
-                b"BEGIN;EXECUTE ",
-                name,
-                b"(",
-                b",".join([tx.as_literal(params[n]) for n in names]),
-                b")",
-            )
-        )
+        _, prepared, tx, quoted = state
+        literals = []
+        for n in names:
+            value = params[n]
+            kind = type(value)
+            if kind is str:
+                literal = quoted.get(value)
+                if literal is None:
+                    literal = tx.as_literal(value)
+                    if len(value) <= _QUOTED_LENGTH_MAX and len(quoted) < _QUOTED_MAX:
+                        quoted[value] = literal
+            elif kind is uuid.UUID:
+                literal = b"'%032x'::uuid" % value.int  # what psycopg writes, without its dumper
+            elif kind is int and value >= 0:
+                literal = b"%d" % value
+            else:
+                literal = tx.as_literal(value)
+            literals.append(literal)
+        run = b"".join((b"BEGIN;EXECUTE ", name, b"(", b",".join(literals), b")"))
         prepare = b"PREPARE " + name + b" AS " + text + b";"
         query = run if name in prepared else prepare + run
         pgconn = raw.pgconn

@@ -21,7 +21,7 @@ from django_hopper.engine.encode import dump_json
 from django_hopper.engine.params import JobInsertParams
 from django_hopper.exceptions import InvalidJob
 from django_hopper.ids import uuid_from_int
-from django_hopper.types import JobID, JobRow
+from django_hopper.types import JSON, JobID, JobRow, JobState
 
 UTC = dt.UTC
 _raw_decode = json.JSONDecoder().raw_decode
@@ -244,4 +244,33 @@ def inserted_row(
         awaited=p.awaited,
         subject=p.subject,
         **extra,
+    )
+
+
+def plain_inserted(
+    job_id: JobID,
+    kind: str,
+    queue: str,
+    priority: int,
+    max_attempts: int,
+    now: dt.datetime,
+    args: JSON,
+) -> JobRow:
+    """Return :func:`inserted_row` of a job available from ``now`` whose fields
+    other than these are at their defaults (the common ``enqueue()``)."""
+    now = now.astimezone(dt.UTC)
+    return JobRow(
+        id=job_id,
+        kind=kind,
+        queue=queue,
+        state=JobState.AVAILABLE,
+        priority=priority,
+        attempt=0,
+        max_attempts=max_attempts,
+        scheduled_at=now,
+        created_at=now,
+        args=args,
+        metadata={},
+        tags=[],
+        errors=[],
     )

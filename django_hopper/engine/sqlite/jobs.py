@@ -13,6 +13,7 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from django.db import OperationalError
@@ -40,6 +41,7 @@ from django_hopper.engine.sqlite.convert import (
     dumps,
     inserted_row,
     job_from_row,
+    plain_inserted,
 )
 from django_hopper.engine.sqlite.support import (
     JSON_CONTAINS,
@@ -94,6 +96,23 @@ def _first_state(
     sched_s = db_time(p.scheduled_at, "scheduled_at")
     state = JobState.SCHEDULED if sched_s > now_s else JobState.AVAILABLE
     return p.scheduled_at, sched_s, state
+
+
+def _plain(p: JobInsertParams, tags: list[str], expires: dt.datetime | None) -> bool:
+    """Return whether :func:`plain_inserted` builds the row of ``p`` as inserted:
+    available now, every field but the arguments at its default."""
+    return (
+        p.scheduled_at is None
+        and expires is None
+        and not tags
+        and p.ordering_key is None
+        and p.partition_key is None
+        and p.batch_id is None
+        and p.subject is None
+        and not p.awaited
+        and type(p.metadata) is dict
+        and not p.metadata
+    )
 
 
 class JobsMixin(SQLiteSupport):
@@ -230,11 +249,18 @@ class JobsMixin(SQLiteSupport):
         }
         with self._hot_cursor() as c:
             c.execute(Q["job_insert_many.one"], values)
+        if opts.notify and state == JobState.AVAILABLE:
+            self.notify(CHANNEL_INSERT, [p.queue])
+        if _plain(p, tags, expires):
+            # The row is built when first read (JobInsertResult), from values
+            # that never change: a caller keeping only the ID never pays for it.
+            row = partial(
+                plain_inserted, job_id, p.kind, p.queue, p.priority, p.max_attempts, now, p.args
+            )
+            return JobInsertResult(build=row)
         job = inserted_row(
             job_id, p, state, sched, now, tags, expires, errors=[], batch_id=p.batch_id
         )
-        if opts.notify and state == JobState.AVAILABLE:
-            self.notify(CHANNEL_INSERT, [p.queue])
         return JobInsertResult(job=job, duplicate=False)
 
     def _insert_conflicts(
