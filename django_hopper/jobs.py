@@ -39,7 +39,7 @@ from django_hopper import signals, validation
 from django_hopper.conf import hopper_settings
 from django_hopper.exceptions import InvalidJob
 from django_hopper.handle import JobHandle
-from django_hopper.ids import new_ids
+from django_hopper.ids import new_id, new_ids
 from django_hopper.registry import (
     UNKNOWN_KIND_PREFIX,
     kind_of,
@@ -627,7 +627,7 @@ def _insert_on(engine: BaseEngine, entries: Sequence[_Entry]) -> list[JobHandle]
             # the ID is made here, so the handle needs no row to know it, and
             # the row is built only if the caller reads it.
             if params_one.id is None:
-                params_one.id = new_ids(1)[0]
+                params_one.id = new_id()
             one = engine.job_insert_many([params_one], skip_opts)[0]
             handle = JobHandle._inserted(one, params_one.id, params_one.kind, engine.alias)
         if job_enqueued.receivers:

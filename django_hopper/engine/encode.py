@@ -8,6 +8,7 @@ engine storing it and the other failing with a driver error.
 from __future__ import annotations
 
 import json
+import json.encoder
 import re
 from typing import Any
 
@@ -15,6 +16,26 @@ from django_hopper import validation
 from django_hopper.exceptions import InvalidJob
 
 _encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+
+
+def _not_json(value: Any) -> Any:
+    """Refuse a value JSON has no form for, in ``json``'s own words."""
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+#: ``_encode``'s C encoder made once, without the per-call set-up of
+#: ``JSONEncoder.encode`` (a new C encoder and a markers dict on every call,
+#: most of the cost of encoding a job's arguments). It keeps no markers, so a
+#: value that contains itself ends in RecursionError rather than ValueError:
+#: :func:`dump_json` then encodes that value with ``_encode``, which says why.
+_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+_encode_once: Any = (
+    _c_make_encoder(
+        None, _not_json, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False
+    )
+    if _c_make_encoder is not None
+    else None
+)
 
 #: ``\u0000`` in the encoded text that is an escape of its own: preceded by an
 #: even number of backslashes (an odd number makes it the text ``\u0000``).
@@ -35,7 +56,13 @@ def dump_json(value: Any, field: str) -> str:
         if kind is list:
             return "[]"
     try:
-        text = _encode(value)
+        if _encode_once is None:  # pragma: no cover - CPython has the C encoder
+            text = _encode(value)
+        else:
+            try:
+                text = "".join(_encode_once(value, 0))
+            except RecursionError:
+                text = _encode(value)  # a cycle (ValueError) or nesting too deep, as before
     except (TypeError, ValueError) as exc:
         raise InvalidJob(f"{field} must be JSON-serializable: {exc}", field=field) from None
     if "\\u0000" in text and _NUL_ESCAPE.search(text):  # rare: find where, to say so

@@ -110,6 +110,7 @@ BAD_INSERTS: list[tuple[str, dict[str, Any]]] = [
     ("metadata", {"metadata": {"x": "a\x00b"}}),
     ("metadata", {"metadata": [1, 2]}),
     ("ttl", {"ttl": dt.timedelta(days=10**8)}),
+    ("args", {"args": {"x": (loop := [1]), "y": loop.append(loop)}}),  # contains itself
 ]
 
 
@@ -155,6 +156,20 @@ def test_validation__workflow_and_batch_callbacks_refuse_a_bad_job(
 
     assert Job.objects.count() == 0
     assert Batch.objects.count() == 0
+
+
+def test_validation__args_that_contain_themselves_are_refused_as_circular(
+    engine: BaseEngine,
+) -> None:
+    looped: dict[str, Any] = {"args": [], "kwargs": {}}
+    looped["kwargs"]["self"] = looped
+
+    error = refused(
+        lambda: engine.job_insert_many([JobInsertParams("tests.job", args=looped)]), "args"
+    )
+
+    assert "Circular reference detected" in str(error)
+    assert Job.objects.count() == 0
 
 
 def test_validation__an_unknown_conflict_action_is_refused(engine: BaseEngine) -> None:
