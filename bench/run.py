@@ -67,8 +67,9 @@ RESET_TABLES = (
 )
 
 
-#: Alternated off/on pairs of the in-run tracing + metrics figure (its median ratio).
-OBSERVED_PAIRS = 3
+#: Alternated off/on pairs of the in-run tracing + metrics figure (its median ratio):
+#: even, so that as many pairs start with off as with on.
+OBSERVED_PAIRS = 4
 #: The target's tracing + metrics set-up (bench/observe.py, bench/settings.py).
 OBSERVED_ENV = {
     "BENCH_OBSERVE": "1",
@@ -978,7 +979,9 @@ class Suite:
         apart; which goes first alternates (off first in the first pair, on
         first in the second, ...), so that neither side always meets the
         machine first. A pair's ratio is on / off; the figure (``ratio``) is
-        the median of the pairs' ratios, and ``jobs_per_s`` and
+        the median of the pairs' ratios (of four: the mean of the middle
+        two, as many of them off first as on first, so a bias from going
+        first does not decide it), and ``jobs_per_s`` and
         ``cpu_us_per_job`` are the on runs' medians (``off_*`` the off runs'),
         so that one slow run moves the figure no more than one pair's worth.
         The on runs' CPU per job is net of what the set-up adds to an idle
