@@ -304,6 +304,39 @@ def _tolerant(r: Sequence[Any], c: Codec) -> JobRow:
     return job
 
 
+def plain_inserted(
+    job_id: JobID,
+    kind: str,
+    queue: str,
+    priority: int,
+    max_attempts: int,
+    now: dt.datetime,
+    args: Any,
+) -> JobRow:
+    """Return the row of a job inserted available from ``now`` with every field
+    but these at its default (the common ``enqueue()``).
+
+    Both engines build an insert's row this way when it is first read, from the
+    statement's time (aware) and the decoded arguments, so an enqueue that keeps
+    only the ID never pays for it, and the two engines' rows cannot drift.
+    """
+    return JobRow(
+        id=job_id,
+        kind=kind,
+        queue=queue,
+        state=JobState.AVAILABLE,
+        priority=priority,
+        attempt=0,
+        max_attempts=max_attempts,
+        scheduled_at=now,
+        created_at=now,
+        args=args,
+        metadata={},
+        tags=[],
+        errors=[],
+    )
+
+
 # ---------------------------------------------------------------------------
 # Claims
 

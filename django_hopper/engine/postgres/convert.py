@@ -26,7 +26,6 @@ from django_hopper.types import (
     AttemptLog,
     ClientRow,
     JobRow,
-    JobState,
     QueueLimits,
     QueueRow,
 )
@@ -187,22 +186,9 @@ def plain_inserted(
     now: dt.datetime,
     args: str,
 ) -> JobRow:
-    """Build the row ``job_insert_many.one`` wrote: :func:`inserted_job` of a job whose
-    other fields are at their defaults, available from the statement's ``now``."""
-    return JobRow(
-        id=job_id,
-        kind=kind,
-        queue=queue,
-        state=JobState.AVAILABLE,
-        priority=priority,
-        attempt=0,
-        max_attempts=max_attempts,
-        scheduled_at=now,
-        created_at=now,
-        args=load_json(args),
-        metadata={},
-        tags=[],
-    )
+    """Build the row ``job_insert_many.one`` wrote (:func:`decode.plain_inserted`)
+    from the statement's time and the arguments' JSON text as sent."""
+    return decode.plain_inserted(job_id, kind, queue, priority, max_attempts, now, load_json(args))
 
 
 def uuid_array(values: Sequence[uuid.UUID]) -> str:

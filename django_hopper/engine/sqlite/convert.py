@@ -21,7 +21,7 @@ from django_hopper.engine.encode import dump_json
 from django_hopper.engine.params import JobInsertParams
 from django_hopper.exceptions import InvalidJob
 from django_hopper.ids import uuid_from_int
-from django_hopper.types import JSON, JobID, JobRow, JobState
+from django_hopper.types import JSON, JobID, JobRow
 
 UTC = dt.UTC
 _raw_decode = json.JSONDecoder().raw_decode
@@ -256,21 +256,8 @@ def plain_inserted(
     now: dt.datetime,
     args: JSON,
 ) -> JobRow:
-    """Return :func:`inserted_row` of a job available from ``now`` whose fields
-    other than these are at their defaults (the common ``enqueue()``)."""
-    now = now.astimezone(dt.UTC)
-    return JobRow(
-        id=job_id,
-        kind=kind,
-        queue=queue,
-        state=JobState.AVAILABLE,
-        priority=priority,
-        attempt=0,
-        max_attempts=max_attempts,
-        scheduled_at=now,
-        created_at=now,
-        args=args,
-        metadata={},
-        tags=[],
-        errors=[],
+    """Build the row ``job_insert_many.one`` wrote (:func:`decode.plain_inserted`),
+    its time in UTC as the engine's other reads return it."""
+    return decode.plain_inserted(
+        job_id, kind, queue, priority, max_attempts, now.astimezone(dt.UTC), args
     )
