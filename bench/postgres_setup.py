@@ -29,21 +29,29 @@ def setup_postgres(tool: str) -> bool:
     return True
 
 
+def maintenance_connection(db: dict[str, Any]) -> Any:
+    """Open an autocommit psycopg connection to the ``postgres`` database of the
+    server ``db`` (a Django ``DATABASES`` entry) names, to create or drop
+    ``db``'s own database from outside it."""
+    import psycopg
+
+    return psycopg.connect(
+        host=db["HOST"],
+        port=db["PORT"],
+        user=db["USER"],
+        password=db["PASSWORD"],
+        dbname="postgres",
+        autocommit=True,
+    )
+
+
 def _create_database(db: dict[str, Any]) -> None:
     """Create the benchmark's database if it does not exist yet (``scripts/bench``
     creates it for its runs; a tool run first on a fresh ``BENCH_PG_DB`` would
     otherwise fail to connect). An existing one is kept as it is."""
-    import psycopg
     from psycopg import sql
 
-    info = {
-        "host": db["HOST"],
-        "port": db["PORT"],
-        "user": db["USER"],
-        "password": db["PASSWORD"],
-        "dbname": "postgres",
-    }
-    with psycopg.connect(**info, autocommit=True) as conn:
+    with maintenance_connection(db) as conn:
         found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]])
         if found.fetchone() is None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(db["NAME"])))

@@ -1618,17 +1618,11 @@ def prepare_database() -> None:
 
     db = settings.DATABASES["default"]
     if connection.vendor == "postgresql":
-        import psycopg
         from psycopg import sql
 
-        info = {
-            "host": db["HOST"],
-            "port": db["PORT"],
-            "user": db["USER"],
-            "password": db["PASSWORD"],
-            "dbname": "postgres",
-        }
-        with psycopg.connect(**info, autocommit=True) as conn:
+        from bench.postgres_setup import maintenance_connection
+
+        with maintenance_connection(db) as conn:
             name = sql.Identifier(db["NAME"])
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
             conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
