@@ -38,7 +38,7 @@ def test_next_tick__keeps_the_schedule_and_skips_ticks_a_long_round_missed() -> 
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_real_leaders_insert_each_1_second_slot_exactly_once_over_10_seconds(
+def test_two_real_leaders_insert_each_1_second_slot_exactly_once_across_a_handover(
     tx_engine: BaseEngine,
 ) -> None:
     register_periodic(KIND, every=dt.timedelta(seconds=1), name="leader-tick")
@@ -62,33 +62,45 @@ def test_two_real_leaders_insert_each_1_second_slot_exactly_once_over_10_seconds
                 maintainer.elector.resign()
                 connections.close_all()
 
+        def slots() -> list[dt.datetime]:
+            jobs = tx_engine.job_list(JobListParams(kinds=(KIND,), limit=1000))
+            return [dt.datetime.fromisoformat(j.metadata["slot"]) for j in jobs]
+
+        def wait_for_slots(count: int) -> None:
+            # Progress, not a pace: a loaded machine only makes this take longer.
+            deadline = time.monotonic() + 120
+            while len(slots()) < count:
+                assert time.monotonic() < deadline, f"only {len(slots())} slots inserted"
+                time.sleep(0.2)
+
         threads = [
             threading.Thread(target=loop, args=(m, s))
             for m, s in zip(maintainers, stops, strict=True)
         ]
         for t in threads:
             t.start()
-        time.sleep(5.0)
+        wait_for_slots(4)
         # Hand over: whichever leads now stops and resigns; the other takes over.
         leader = tx_engine.leader_get()
         first = clients.index(leader) if leader in clients else 0
         stops[first].set()
         maintainers[first].wake.set()
         threads[first].join(10)
-        time.sleep(5.0)
+        before = len(slots())
+        wait_for_slots(before + 4)
         stops[1 - first].set()
         maintainers[1 - first].wake.set()
         threads[1 - first].join(10)
 
-        jobs = tx_engine.job_list(JobListParams(kinds=(KIND,), limit=1000))
-        slots = collections.Counter(dt.datetime.fromisoformat(j.metadata["slot"]) for j in jobs)
-        assert all(n == 1 for n in slots.values()), slots
-        ordered = sorted(slots)
+        counted = collections.Counter(slots())
+        assert all(n == 1 for n in counted.values()), counted
+        ordered = sorted(counted)
         gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(ordered)]
         shown = " ".join(s.strftime("%S") for s in ordered)
-        # Every slot once, in a row; the handover may take one slot (catch_up="once"
-        # inserts the latest missed slot only), nothing else may be skipped.
-        assert set(gaps) <= {1.0, 2.0} and gaps.count(2.0) <= 1, shown
-        assert 9 <= len(ordered) <= 11, shown
+        # Every insert is a whole slot of the schedule, each once. A round that ran
+        # late may skip slots (catch_up="once" inserts only the latest missed one),
+        # so the gaps are whole seconds, never less than one.
+        assert all(g >= 1.0 and g == int(g) for g in gaps), shown
+        assert len(ordered) >= before + 4, shown
     finally:
         unregister_periodic("leader-tick")
