@@ -18,7 +18,9 @@ per set-up, the least of the rounds being what a loaded machine moves least.
     python -m bench.observe_cpu --workers --jobs 6000 --rounds 4 --engine sqlite
 
 ``--callgrind off|on`` works ``--jobs`` jobs in one in-process worker and
-nothing else, for machine instructions per job, which no load moves:
+nothing else, for machine instructions per job, which no load moves (each
+round one claim and one flush, as a real worker batches at this load:
+``instructions``; ``--unpinned`` leaves the batches to the slowed clock):
 
     valgrind --tool=callgrind --callgrind-out-file=/dev/null \
         python -m bench.observe_cpu --callgrind on --jobs 2000   # and --jobs 0; and off
@@ -52,6 +54,11 @@ def main() -> None:
         "the target's set-up as bench.settings turns it on (random IDs seeded), for valgrind "
         "--tool=callgrind: (instructions with N - with 0) / N is instructions per job.",
     )
+    parser.add_argument(
+        "--unpinned",
+        action="store_true",
+        help="With --callgrind: leave the worker's batches to its clock (see instructions()).",
+    )
     options = parser.parse_args()
     if options.engine == "postgres" and not options.workers:
         parser.error("--engine postgres needs --workers")
@@ -62,7 +69,7 @@ def main() -> None:
         workers(options.jobs, options.rounds)
         return
     if options.callgrind is not None:
-        instructions(options.jobs, on=options.callgrind == "on")
+        instructions(options.jobs, on=options.callgrind == "on", pinned=not options.unpinned)
         return
 
     import django
@@ -143,8 +150,20 @@ TARGET = {
 }
 
 
-def instructions(jobs: int, *, on: bool) -> None:
-    """Work ``jobs`` jobs in one in-process worker, nothing else (for callgrind)."""
+def instructions(jobs: int, *, on: bool, pinned: bool = True) -> None:
+    """Work ``jobs`` jobs in one in-process worker, nothing else (for callgrind).
+
+    ``pinned``: every round is one claim of the slots and the buffer (100
+    jobs at the bench's concurrency, 9 ahead per slot) and one flush of their
+    results, as a real worker batches them at this load off and on alike
+    (about 10 claims and 5-10 flushes per 1,000 jobs). The worker decides
+    its batches by the clock (the running mean of run times against
+    ``AHEAD_MAX_RUN``, the completer's flush interval), and under callgrind
+    the clock runs about 50 times slower: unpinned, off claimed 34 times and
+    flushed 43 times per 1,000 jobs, on (slower still) 85 and 121, so the
+    set-up was charged with claims, commits and WAL pages a real worker does
+    not spend (about 76,000 instructions of its 141,000 per job).
+    """
     import random
 
     if on:
@@ -170,12 +189,33 @@ def instructions(jobs: int, *, on: bool) -> None:
     done = 0
     try:
         while done < jobs:
-            ran = worker.run_once()
+            ran = pinned_round(worker) if pinned else worker.run_once()
             if not ran:
                 break
             done += ran
     finally:
         worker.shutdown()
+
+
+def pinned_round(worker: Any) -> int:
+    """Run one round as ``Worker.run_once`` does, its batches pinned; return the jobs claimed.
+
+    One claim of the slots and the full buffer, as a real worker claims at
+    this load whatever the slowed clock made of the running mean of run times,
+    and one flush of the round's results once every attempt returned.
+    """
+    completer = worker.completer
+    completer.flush_interval = 3600.0  # no flush by the clock during the round
+    for p in worker.producers.values():
+        p.mean_run = 0.0
+        p.full = True
+    claimed = sum(p.claim_once() for p in worker.producers.values())
+    while worker.running():
+        worker.activity.wait(0.01)
+        worker.activity.clear()
+    completer.flush_interval = 0.0  # the round's one flush, now
+    completer.drain(30.0)
+    return claimed
 
 
 def workers(jobs: int, rounds: int) -> None:
