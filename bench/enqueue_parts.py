@@ -5,6 +5,11 @@ Each part is timed on its own, on the benchmark's database, as the minimum
 machine moves the medians but hardly the minima. The parts:
 
 - the raw bound: one prepared one-row insert in autocommit (``bench.raw``);
+- the same insert in the shape of a transaction of its own, the shape
+  ``enqueue()`` in ``atomic()`` has: ``BEGIN;EXECUTE`` of it in one simple
+  query, then ``COMMIT`` (two round trips, no Python of hopper's or
+  Django's): what the second round trip and the transaction block cost on
+  this machine, whoever sends them;
 - a bare round trip (a prepared ``SELECT 1``) and an empty ``BEGIN``/``COMMIT``;
 - hopper's insert statement alone, in autocommit, with and without its
   wake-up, sent from psycopg with the engine's own parameters (no Python of
@@ -36,6 +41,7 @@ from typing import Any
 from bench.postgres_setup import setup_postgres
 
 _BOUND = "raw one-row insert, autocommit (bound)"
+_TWO_TRIPS = "raw insert, BEGIN;EXECUTE + COMMIT (2 trips)"
 _IN_ATOMIC = "enqueue() in atomic()"
 
 
@@ -55,6 +61,35 @@ def _raw_insert(cur: Any) -> Callable[[], None]:
     def insert() -> None:
         row = raw._insert_row("postgresql")
         cur.execute(sql, (row[0], row[1], *row[3:], raw.ARGS_JSON), prepare=True)
+
+    return insert
+
+
+def _raw_two_trips(pg: Any) -> Callable[[], None]:
+    """Return a call that makes the raw insert in a transaction of two round trips.
+
+    ``BEGIN`` and ``EXECUTE`` of the insert (prepared once, by SQL, under a
+    name of its own) in one simple query, then ``COMMIT``: the round trips
+    and statements of ``enqueue()`` in ``atomic()``, sent straight on libpq.
+    """
+    import psycopg
+    from psycopg.adapt import Transformer
+
+    from bench import raw
+
+    pgconn = pg.pgconn
+    sql = _RAW_SQL.format(cols=raw.INSERT_COLS).encode()
+    pgconn.exec_(b"PREPARE bench_raw_two_trips AS " + sql)  # a new connection: a new name
+    quote = Transformer(psycopg.RawCursor(pg)).as_literal
+
+    def insert() -> None:
+        row = raw._insert_row("postgresql")
+        values = (row[0], row[1], *row[3:], raw.ARGS_JSON)
+        args = b",".join(quote(v) for v in values)
+        for query in (b"BEGIN;EXECUTE bench_raw_two_trips(" + args + b")", b"COMMIT"):
+            result = pgconn.exec_(query)
+            if result.status not in (psycopg.pq.ExecStatus.COMMAND_OK,):
+                raise RuntimeError(result.error_message.decode())
 
     return insert
 
@@ -93,6 +128,7 @@ def parts(n: int, rounds: int, flush: bool = True) -> dict[str, tuple[float, flo
     if not flush:
         cur.execute(b"SET synchronous_commit = off")
     raw_insert = _raw_insert(cur)
+    two_trips = _raw_two_trips(pg)
 
     def select_1() -> None:
         cur.execute("SELECT 1", prepare=True)
@@ -186,11 +222,12 @@ def parts(n: int, rounds: int, flush: bool = True) -> dict[str, tuple[float, flo
         finally:
             connection._hopper_cursor = saved
 
-    for call in (raw_insert, in_atomic, noop.enqueue):  # warm-up: prepare, plan
+    for call in (raw_insert, two_trips, in_atomic, noop.enqueue):  # warm-up: prepare, plan
         for _ in range(10):
             call()
     calls = {
         _BOUND: raw_insert,
+        _TWO_TRIPS: two_trips,
         "bare round trip (prepared SELECT 1)": select_1,
         "BEGIN + COMMIT of nothing (2 round trips)": begin_commit,
         "hopper statement, autocommit, with wake-up": statement(True),
@@ -260,11 +297,13 @@ def main(argv: list[str] | None = None) -> int:
         out = parts(args.n, args.rounds, flush=not args.no_flush)
         for label, (low, mid) in out.items():
             print(f"{label:<48} min {low:7.1f} µs   median {mid:7.1f} µs")
-        bound, atomic = out[_BOUND], out[_IN_ATOMIC]
-        print(
-            f"{'enqueue() in atomic() / raw insert':<48} "
-            f"min {bound[0] / atomic[0]:5.2f} x      median {bound[1] / atomic[1]:5.2f} x"
-        )
+        bound, atomic, shape = out[_BOUND], out[_IN_ATOMIC], out[_TWO_TRIPS]
+        for label, num, den in (
+            ("enqueue() in atomic() / raw insert", bound, atomic),
+            ("raw insert in 2 trips / raw insert", bound, shape),
+            ("enqueue() in atomic() / raw insert in 2 trips", shape, atomic),
+        ):
+            print(f"{label:<48} min {num[0] / den[0]:5.2f} x      median {num[1] / den[1]:5.2f} x")
     finally:
         with connection.cursor() as cur:
             cur.execute("DELETE FROM hopper_job WHERE queue = 'bench'")

@@ -255,33 +255,43 @@ def _insert_row(vendor: str) -> tuple[Any, ...]:
     return (job_id, RAW_KIND, RAW_QUEUE, "available", 0, 0, 25)
 
 
-def insert_one_by_one(vendor: str, target: Any, n: int) -> float:
-    """Insert ``n`` rows, one statement and one transaction each; return the seconds taken."""
+def insert_one_by_one(vendor: str, target: Any, n: int, conn: Any = None) -> float:
+    """Insert ``n`` rows, one statement and one transaction each; return the seconds taken.
+
+    ``conn``: a connection of :func:`pg_connect` or :func:`sqlite_connect` to
+    insert on, kept by the caller across calls (its statement stays prepared);
+    without it, one is opened for the call and closed after it.
+    """
     if vendor == "postgresql":
+        if conn is None:
+            with pg_connect(target) as own:
+                return insert_one_by_one(vendor, target, n, own)
         sql = (
             f"INSERT INTO hopper_job ({INSERT_COLS}) VALUES "
             "(%s, %s, %s, %s, %s, %s, %s, now(), 0, %s::jsonb, '{}', '[]', '[]', false, now())"
         )
-        with pg_connect(target) as conn:
-            cur = conn.cursor()
-            start = time.perf_counter()
-            for _ in range(n):
-                cur.execute(sql, (*_insert_row(vendor), ARGS_JSON), prepare=True)
-            return time.perf_counter() - start
+        cur = conn.cursor()
+        start = time.perf_counter()
+        for _ in range(n):
+            cur.execute(sql, (*_insert_row(vendor), ARGS_JSON), prepare=True)
+        return time.perf_counter() - start
+    if conn is None:
+        own = sqlite_connect(target)
+        try:
+            return insert_one_by_one(vendor, target, n, own)
+        finally:
+            own.close()
     sql = (
         f"INSERT INTO hopper_job ({INSERT_COLS}) VALUES "
         "(?, ?, ?, ?, ?, ?, ?, ?, 0, ?, '{}', '[]', '[]', 0, ?)"
     )
-    conn = sqlite_connect(target)
     start = time.perf_counter()
     for _ in range(n):
         now = sqlite_now()
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(sql, (*_insert_row(vendor), now, ARGS_JSON, now))
         conn.execute("COMMIT")
-    elapsed = time.perf_counter() - start
-    conn.close()
-    return elapsed
+    return time.perf_counter() - start
 
 
 def insert_multi_row(vendor: str, target: Any, n: int) -> float:

@@ -70,6 +70,11 @@ RESET_TABLES = (
 #: Alternated off/on pairs of the in-run tracing + metrics figure (its median ratio):
 #: even, so that as many pairs start with off as with on.
 OBSERVED_PAIRS = 4
+#: Alternated pairs of the one-per-transaction enqueue figures (warm and cold)
+#: with the raw one-row insert: even, so that as many pairs start with hopper
+#: as with the raw insert.
+ENQUEUE_PAIRS = 4
+ENQUEUE_KEYS = ("enqueue_one_per_tx", "enqueue_one_per_tx_2")
 #: The target's tracing + metrics set-up (bench/observe.py, bench/settings.py).
 OBSERVED_ENV = {
     "BENCH_OBSERVE": "1",
@@ -375,12 +380,8 @@ class Suite:
         out: dict[str, Any] = {}
         n = size("insert_one", self.scale)
         self.reset()
-        self.progress(f"enqueue() one per transaction, {n:,}")
-        start = time.perf_counter()
-        for _ in range(n):
-            with transaction.atomic():
-                noop.enqueue()
-        out["one_per_tx"] = rate(n, time.perf_counter() - start)
+        self.progress(f"enqueue() one per transaction, {n:,}, alternated with raw one-row inserts")
+        out["one_per_tx"] = self.enqueue_pairs(n, n)
 
         self.reset()
         self.progress(f"enqueue() with a unique key, one per transaction, {n:,}")
@@ -412,6 +413,65 @@ class Suite:
         out["unique_many_1000"] = rate(m, time.perf_counter() - start)
         self.reset()
         return out
+
+    def enqueue_pairs(self, n: int, raw_n: int, pairs: int = ENQUEUE_PAIRS) -> dict[str, Any]:
+        """Time ``n`` enqueues in ``atomic()`` beside ``raw_n`` raw one-row inserts, alternated.
+
+        The enqueues are ``noop.enqueue()`` inside ``transaction.atomic()``,
+        one job per transaction, on Django's connection as it is (the cold
+        section's first enqueue is the connection's first statement); the raw
+        inserts are :func:`bench.raw.insert_one_by_one`'s, on one connection of
+        their own for every pair. A pair is a slice of each, back to back;
+        which goes first alternates. A pair's ratio is its enqueue rate over
+        its raw rate, and ``ratio`` is the median of the pairs' ratios: the
+        bound is measured in the same seconds as hopper, so a commit that
+        waits longer for the disk in one window (another process flushing, a
+        checkpoint) shows up on both sides, where a bound measured minutes
+        apart would not. ``jobs_per_s`` is the enqueues' rate over every pair,
+        ``raw_jobs_per_s`` the raw inserts'. The raw rows go to the ``raw``
+        queue, which no worker reads.
+        """
+        from django.db import transaction
+
+        from bench import raw
+        from bench.jobs import noop
+
+        def enqueue(k: int) -> float:
+            start = time.perf_counter()
+            for _ in range(k):
+                with transaction.atomic():
+                    noop.enqueue()
+            return time.perf_counter() - start
+
+        if self.vendor == "postgresql":
+            conn: Any = raw.pg_connect(self.target)
+        else:
+            conn = raw.sqlite_connect(self.target)
+        times = {"hopper": 0.0, "raw": 0.0}
+        out: list[dict[str, Any]] = []
+        try:
+            for i in range(pairs):
+                k = n // pairs + (1 if i < n % pairs else 0)
+                kr = raw_n // pairs + (1 if i < raw_n % pairs else 0)
+                order = ("hopper", "raw") if i % 2 == 0 else ("raw", "hopper")
+                pair: dict[str, Any] = {"first": order[0]}
+                for side in order:
+                    if side == "hopper":
+                        seconds = enqueue(k)
+                        pair["jobs_per_s"] = round(k / seconds, 1)
+                    else:
+                        seconds = raw.insert_one_by_one(self.vendor, self.target, kr, conn)
+                        pair["raw_jobs_per_s"] = round(kr / seconds, 1)
+                    times[side] += seconds
+                pair["ratio"] = round(pair["jobs_per_s"] / pair["raw_jobs_per_s"], 3)
+                out.append(pair)
+        finally:
+            conn.close()
+        result = rate(n, times["hopper"])
+        result["raw_jobs_per_s"] = round(raw_n / times["raw"], 1)
+        result["ratio"] = round(statistics.median(p["ratio"] for p in out), 3)
+        result["pairs"] = out
+        return result
 
     def measure_workflow(self) -> dict[str, Any]:
         """Time a 10,000-job workflow built and inserted in one transaction (issue 5).
@@ -616,24 +676,21 @@ class Suite:
         (its history full, its live table churned) with a worker that starts
         for it.
         """
-        from django.db import connections, transaction
-
-        from bench.jobs import noop
+        from django.db import connections
 
         n = cold_jobs(self.scale, self.args.cold_jobs)
+        raw_n = size("insert_one", self.scale)
         out: dict[str, Any] = {"jobs": n}
         for processes in (1, 2):
             connections.close_all()
             prepare_database()
             connections.close_all()
-            self.progress(f"cold: enqueue() one per transaction, {n:,} jobs, fresh database")
-            start = time.perf_counter()
-            for _ in range(n):
-                with transaction.atomic():
-                    noop.enqueue()
-            out["enqueue_one_per_tx" if processes == 1 else "enqueue_one_per_tx_2"] = rate(
-                n, time.perf_counter() - start
+            self.progress(
+                f"cold: enqueue() one per transaction, {n:,} jobs, fresh database, "
+                f"alternated with {raw_n:,} raw one-row inserts"
             )
+            key = "enqueue_one_per_tx" if processes == 1 else "enqueue_one_per_tx_2"
+            out[key] = self.enqueue_pairs(n, raw_n)
             out[f"{processes}proc"] = self.process_until_done(n, processes)
         out["latency"] = self.latency()
         connections.close_all()
@@ -1199,7 +1256,10 @@ def ratios(r: dict[str, Any]) -> dict[str, float | None]:
         "processing_2proc": div(proc["2proc"]["jobs_per_s"], two),
         "processing_1proc_c100": div(proc["1proc_c100"]["jobs_per_s"], one),
         "processing_observed": observed_ratio(proc),
-        "enqueue_one_per_tx": div(enq["one_per_tx"]["jobs_per_s"], raw["insert_one"]["jobs_per_s"]),
+        # The median of the pairs alternated with the raw insert; a run written
+        # before the pairs is read against the run's raw insert figure, as it was.
+        "enqueue_one_per_tx": enq["one_per_tx"].get("ratio")
+        or div(enq["one_per_tx"]["jobs_per_s"], raw["insert_one"]["jobs_per_s"]),
         "enqueue_unique_one_per_tx": div(
             enq["unique_one_per_tx"]["jobs_per_s"], raw["insert_one"]["jobs_per_s"]
         ),
@@ -1220,7 +1280,7 @@ def ratios(r: dict[str, Any]) -> dict[str, float | None]:
     if cold:
         out["cold_1proc"] = div(cold["1proc"]["jobs_per_s"], one)
         out["cold_2proc"] = div(cold["2proc"]["jobs_per_s"], two)
-        out["cold_enqueue_one_per_tx"] = div(
+        out["cold_enqueue_one_per_tx"] = cold["enqueue_one_per_tx"].get("ratio") or div(
             cold["enqueue_one_per_tx"]["jobs_per_s"], raw["insert_one"]["jobs_per_s"]
         )
     return out
@@ -1398,19 +1458,38 @@ def render(engine: str, title: str, r: dict[str, Any]) -> str:
     lines = [f"== {engine}: {title} ==", ""]
 
     def line(
-        label: str, value: float | None, bound: float | None, bound_label: str, extra: str = ""
+        label: str,
+        value: float | None,
+        bound: float | None,
+        bound_label: str,
+        extra: str = "",
+        shown: float | None = None,
     ) -> None:
+        """One hopper figure beside its bound; ``shown``: its ratio, when not value / bound."""
+        as_ratio = ratio(value, bound) if shown is None else f"{shown:.2f} x"
         lines.append(
-            f"  {label:<44} hopper {num(value):>7} jobs/s = {ratio(value, bound)} "
+            f"  {label:<44} hopper {num(value):>7} jobs/s = {as_ratio} "
             f"{bound_label} ({num(bound)}){extra}"
         )
 
+    def paired(figure: dict[str, Any]) -> tuple[float | None, str, float | None]:
+        """The bound of an enqueue figure, its label, and the ratio to show.
+
+        Alternated pairs: the raw insert's rate in the pairs and the median of
+        the pairs' ratios; a run written before them: the run's raw insert.
+        """
+        if figure.get("raw_jobs_per_s"):
+            return figure["raw_jobs_per_s"], "raw one-row insert, alternated", figure.get("ratio")
+        return ins1, "raw one-row insert", None
+
     lines.append("Enqueue")
+    bound, label, shown = paired(enq["one_per_tx"])
     line(
         "enqueue(), one job per transaction",
         enq["one_per_tx"]["jobs_per_s"],
-        ins1,
-        "raw one-row insert",
+        bound,
+        label,
+        shown=shown,
     )
     line(
         "enqueue(), unique key, one per transaction",
@@ -1521,11 +1600,13 @@ def render(engine: str, title: str, r: dict[str, Any]) -> str:
             f"Cold (fresh database, no warm-up, {num(cold['jobs'])} jobs enqueued one per "
             "transaction, long-running workers)"
         )
+        bound, label, shown = paired(cold["enqueue_one_per_tx"])
         line(
             "enqueue() in atomic(), one per transaction",
             cold["enqueue_one_per_tx"]["jobs_per_s"],
-            ins1,
-            "raw one-row insert",
+            bound,
+            label,
+            shown=shown,
         )
         for key, bound, label, what in (
             ("1proc", one, "raw 1 conn", "1 worker process"),
@@ -1664,6 +1745,12 @@ def run_engine(args: argparse.Namespace) -> dict[str, Any]:
         observed = out["median"].get("processing", {}).get("1proc_observed")
         if isinstance(observed, dict):
             observed.pop("pairs", None)
+        for figure in (
+            out["median"].get("enqueue", {}).get("one_per_tx"),
+            *(out["median"].get("cold", {}).get(k) for k in ENQUEUE_KEYS),
+        ):
+            if isinstance(figure, dict):
+                figure.pop("pairs", None)
         show = render_growth if args.growth_only else render
         print(show(suite.engine_name, f"median of {len(runs)} runs", out["median"]), flush=True)
         print(flush=True)
