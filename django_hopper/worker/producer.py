@@ -210,9 +210,17 @@ class Producer:
         elif free >= self.concurrency and not control.activity.is_set():
             control.activity.set()  # idle now: burst mode and wait_idle look again
 
-    def claim_once(self) -> int:
+    def claim_once(self, *, takeover_after: bool = False) -> int:
         """Claim up to the free slots (and the buffer's room) in one call, start the
-        jobs the slots take and buffer the rest; return how many were claimed."""
+        jobs the slots take and buffer the rest; return how many were claimed.
+
+        The queue's expired pass leases are taken over (:meth:`take_over`, at
+        most once per poll interval) right before the claim, or, with
+        ``takeover_after`` (the producer's own loop), right after it: the claim
+        a wake-up sends for a new job then never waits for the takeover's round
+        trips, and a takeover that ended some leases wakes the producer, so
+        their runs are claimed by the claim that follows at once.
+        """
         control = self.control
         if not control.may_claim_from(self.queue):
             return 0
@@ -232,8 +240,17 @@ class Producer:
         if free + room <= 0 or client_id is None:
             return 0
         self.last_claim = time.monotonic()
+        if not takeover_after:
+            self._take_over_or_warn(self.last_claim)
+        claimed = self._claim(client_id, free, room, limited)
+        if takeover_after and self._take_over_or_warn(self.last_claim):
+            self.wake.set()  # the runs taken over are claimable now
+        return claimed
+
+    def _take_over_or_warn(self, now: float) -> int:
+        """Run :meth:`take_over`; log a failure and go on claiming (return 0)."""
         try:
-            self.take_over(self.last_claim)
+            return self.take_over(now)
         except Exception:
             # The claim goes on: a takeover that fails (one bad row, a lock) must
             # not stop the queue; it is tried again after the poll interval.
@@ -243,6 +260,11 @@ class Producer:
                 self.queue,
                 exc_info=True,
             )
+            return 0
+
+    def _claim(self, client_id: int, free: int, room: int, limited: bool) -> int:
+        """Send the claim of ``free`` slots and ``room`` ahead; start and buffer its jobs."""
+        control = self.control
         result = self.engine.job_claim(
             JobClaimParams(
                 queue=self.queue, client_id=client_id, limit=free, ahead=room, limited=limited
@@ -391,7 +413,7 @@ class Producer:
         )
 
     def take_over(self, now: float, *, db_now: dt.datetime | None = None) -> int:
-        """End the queue's expired pass leases, so this claim can take their runs over.
+        """End the queue's expired pass leases, so that a claim can take their runs over.
 
         A resumable pass that hung or whose process died stops renewing its
         lease; once it expires the next claim of its queue takes the run over
@@ -464,7 +486,7 @@ class Producer:
                     stopping.wait(min(hold, poll))
                 try:
                     self.return_stale()
-                    self.claim_once()
+                    self.claim_once(takeover_after=True)
                     delay.reset()
                     watch.ok()
                 except Exception as exc:

@@ -181,7 +181,7 @@ def test_worker_pass__a_hung_pass_is_taken_over_by_the_next_claim_once_its_lease
         "pl", 1, engine=engine, control=None, start_job=None,  # type: ignore[arg-type]
         poll_interval=1.0, claim_debounce=0.0,
     )  # fmt: skip
-    assert producer.take_over(0.0, db_now=later) == 1  # what its next claim does first
+    assert producer.take_over(0.0, db_now=later) == 1  # what its producer does at a claim
     assert worker_pass(engine, client_id, "pl", now=later) == "done"
 
     done = handle.refresh()
@@ -241,6 +241,51 @@ def test_producer__claims_even_when_taking_over_expired_pass_leases_fails(
 
     assert started == [handle.id]
     assert "claiming anyway" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("takeover_after", "order", "wakes"),
+    [(False, ["takeover", "claim"], False), (True, ["claim", "takeover"], True)],
+)
+def test_producer__its_loop_claims_before_the_takeover_and_claims_again_after_one(
+    engine: BaseEngine,
+    client_id: int,
+    monkeypatch: pytest.MonkeyPatch,
+    takeover_after: bool,
+    order: list[str],
+    wakes: bool,
+) -> None:
+    # The producer's own loop (takeover_after) sends a wake-up's claim before the
+    # takeover's round trips, and claims again at once when a run was taken over.
+    handle = paged.start(n=1, instance="takeover-order")
+    calls: list[str] = []
+    claim = engine.job_claim
+
+    def claiming(params: JobClaimParams) -> Any:
+        calls.append("claim")
+        return claim(params)
+
+    def taking_over(params: JobPassTakeoverParams) -> list[Any]:
+        calls.append("takeover")
+        return [SimpleNamespace(id=handle.id, began=True, misses=0)]
+
+    monkeypatch.setattr(engine, "job_claim", claiming)
+    monkeypatch.setattr(engine, "job_pass_takeover_many", taking_over)
+    started: list[tuple[Any, list[str]]] = []
+    control: Any = SimpleNamespace(
+        may_claim_from=lambda queue: True, client_id=client_id, limited_queues=set()
+    )
+    producer = Producer(
+        "pl", 1, engine=engine, control=control,
+        start_job=lambda job, _producer: started.append((job.id, list(calls))),
+        poll_interval=1.0, claim_debounce=0.0,
+    )  # fmt: skip
+
+    assert producer.claim_once(takeover_after=takeover_after) == 1
+
+    assert calls == order
+    assert started == [(handle.id, order[: order.index("claim") + 1])]
+    assert producer.wake.is_set() is wakes
 
 
 # -- admission misses ---------------------------------------------------------------
