@@ -251,6 +251,16 @@ cand AS (
         LIMIT %(scan)s)
 /*END*/
     ),
+/*IF KEYLESS*/
+-- KEYLESS serves only the unlimited path, whose gate is closed on a queue with
+-- any limit: no partition limit to rank by, no keyed candidate to hold back.
+-- Its candidates are %(limit)s at most (%(scan)s is %(limit)s there).
+picked AS MATERIALIZED (
+    SELECT c.id,
+           row_number() OVER (ORDER BY c.priority DESC, c.scheduled_at, c.id) > %(free)s AS ahead
+    FROM cand c
+    LIMIT %(limit)s)
+/*ELSE*/
 ranked AS (
     SELECT c.*, row_number() OVER (PARTITION BY c.partition_key
                                    ORDER BY c.priority DESC, c.scheduled_at, c.id) AS rnk
@@ -272,6 +282,7 @@ picked AS MATERIALIZED (
     WHERE a.n <= %(free)s OR NOT a.keyed
     ORDER BY a.n
     LIMIT %(limit)s)
+/*END*/
 UPDATE hopper_job
 SET state = 'running',
     attempt = attempt + 1,
