@@ -209,6 +209,50 @@ def test_finalize__a_large_batch_applies_each_result_and_refuses_the_fenced_ones
     assert {get(engine, j).state for j in refused} == {"running"}
 
 
+def test_finalize__a_batch_of_final_results_sharing_client_and_state_is_fenced_per_result(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int
+) -> None:
+    jobs = [running(engine, client_id, db_now, kind="tests.same") for _ in range(5)]
+    stale, kept = jobs[1], [j for j in jobs if j is not jobs[1]]
+    results = [
+        JobFinalize(
+            id=j.id, attempted_by=client_id, fence=j.fence + (j is stale), state="completed"
+        )
+        for j in jobs
+    ]
+
+    applied = finalize(engine, db_now, *results)
+
+    assert sorted(a.id for a in applied) == sorted(j.id for j in kept)
+    assert {get(engine, j).state for j in kept} == {"completed"}
+    assert get(engine, stale).state == "running"
+
+
+def test_finalize__a_batch_of_final_results_mixing_clients_states_and_archive_applies_each_as_given(
+    engine: BaseEngine, db_now: dt.datetime, client_id: int, other_client_id: int
+) -> None:
+    kept, dropped, canceled, forged, other = (
+        running(engine, client_id, db_now, kind="tests.mixed") for _ in range(5)
+    )
+
+    applied = finalize(
+        engine,
+        db_now,
+        result(kept, "completed"),
+        result(dropped, "completed", archive=False),
+        result(canceled, "canceled", archive=False),
+        JobFinalize(id=forged.id, attempted_by=other_client_id, fence=1, state="completed"),
+        result(other, "discarded"),
+    )
+
+    assert sorted(a.id for a in applied) == sorted(j.id for j in (kept, dropped, canceled, other))
+    assert get(engine, kept).state == "completed"
+    assert engine.job_get(dropped.id) is None
+    assert get(engine, canceled).state == "canceled"
+    assert get(engine, forged).state == "running"
+    assert get(engine, other).state == "discarded"
+
+
 def test_finalize__empty_batch_applies_nothing(engine: BaseEngine, db_now: dt.datetime) -> None:
     assert finalize(engine, db_now) == []
 

@@ -75,6 +75,20 @@ _LIVE = frozenset(LIVE_STATES)
 _STAY_LIVE = frozenset((JobState.RETRYABLE, JobState.SCHEDULED))
 _ALL_STATES = _FINAL | _LIVE
 _DEFAULT_OPTS = JobInsertOpts()
+#: The finalize's statements for a batch of any results, and for a uniform one.
+_FINALIZE_MOVE = ("job_finalize_many", "job_finalize_many.uniform")
+_FINALIZE_DELETE = ("job_finalize_many.delete", "job_finalize_many.delete.uniform")
+
+
+def _uniform_batch(by_key: dict[tuple[str, int], Any], first: Any) -> dict[str, Any]:
+    """Return the parameters of job_finalize_many's ``.uniform`` variants: each
+    result as its job ID's hex digits then its fence, and what they all share."""
+    return {
+        "results": json.dumps([f"{job_id}{fence}" for job_id, fence in by_key]),
+        "client": first.attempted_by,
+        "state": str(first.state),
+        "archive": 1 if first.archive else 0,
+    }
 
 
 def _claim_key(job: JobRow) -> tuple[int, dt.datetime, int]:
@@ -414,24 +428,52 @@ class JobsMixin(SQLiteSupport):
 
     def _finalize_batch(
         self, params: JobFinalizeParams
-    ) -> tuple[dict[tuple[str, int], Any], list[list[Any]] | str, list[int]]:
+    ) -> tuple[dict[tuple[str, int], Any], list[list[Any]] | str | dict[str, Any], list[int]]:
         """Check and encode the results: return them by (id, fence), the batch
-        parameter (JSON text when nothing in it carries the time, else the rows)
-        and the indexes of the rows that carry it (see job_finalize_many)."""
-        batch: list[list[Any]] = []
-        timed: list[int] = []
+        parameter and the indexes of the rows that carry the time (see
+        job_finalize_many).
+
+        The batch is the parameters of job_finalize_many's ``.uniform`` variants
+        (a dict) when every result is a final one of the same client, state and
+        archive flag, with no job lease, error or output; else JSON text when
+        nothing in it carries the time, else the rows.
+        """
         by_key: dict[tuple[str, int], Any] = {}
+        first: Any = None
+        uniform = True
         for f in params.jobs:
             key = (f.id.hex, f.fence)
             if key in by_key:
                 continue  # of two results of one claim, at most one applies
             by_key[key] = f
+            if not uniform:
+                continue
+            if (
+                f.state not in _FINAL
+                or f.lease_token is not None
+                or f.error is not None
+                or f.output is not None
+            ):
+                uniform = False
+            elif first is None:
+                first = f
+            elif (
+                f.state != first.state
+                or bool(f.archive) != bool(first.archive)
+                or f.attempted_by != first.attempted_by
+            ):
+                uniform = False
+        if uniform and first is not None:
+            return by_key, _uniform_batch(by_key, first), []
+        batch: list[list[Any]] = []
+        timed: list[int] = []
+        for (job_id, fence), f in by_key.items():
             if f.error is not None or f.state in _STAY_LIVE:
                 timed.append(len(batch))
             batch.append(
                 [
-                    key[0],
-                    f.fence,
+                    job_id,
+                    fence,
                     f.attempted_by,
                     f.lease_token.hex if f.lease_token else None,
                     f.state,
@@ -449,12 +491,14 @@ class JobsMixin(SQLiteSupport):
         self,
         params: JobFinalizeParams,
         by_key: dict[tuple[str, int], Any],
-        batch: list[list[Any]] | str,
+        batch: list[list[Any]] | str | dict[str, Any],
         timed: list[int],
     ) -> tuple[dict[str, Any], str]:
         """Read the time (under the write lock) and stamp it on the rows that carry
         it; return the statements' parameters and the time's stored text."""
         now, now_s = self._now(params.now)
+        if isinstance(batch, dict):
+            return {**batch, "now": now_s}, now_s
         if isinstance(batch, str):
             return {"results": batch, "now": now_s}, now_s
         at = now.astimezone(dt.UTC).isoformat()
@@ -484,9 +528,10 @@ class JobsMixin(SQLiteSupport):
         update of jobs that wait again when no result is retryable or scheduled.
         """
         results = by_key.values()
+        uniform = "state" in args  # the parameters of the .uniform variants
         if any(f.state != JobState.COMPLETED or f.archive for f in results):
-            c.execute(Q["job_finalize_many"], args)
-        c.execute(Q["job_finalize_many.delete"], args)
+            c.execute(Q[_FINALIZE_MOVE[uniform]], args)
+        c.execute(Q[_FINALIZE_DELETE[uniform]], args)
         gone = c.fetchall()
         stayed: list[Any] = []
         if any(f.state in _STAY_LIVE for f in results):

@@ -352,7 +352,24 @@ RETURNING queue;
 -- drives each join (CROSS JOIN fixes the order; the unary + keeps the state index out),
 -- so the cost is one primary key lookup per result, whatever the number running.
 
+-- fragment: finalize_results
+-- The batch of a finalize, one row per result. With UNIFORM
+-- (job_finalize_many.uniform) every result is a completed, canceled or
+-- discarded one of the same client, state and archive flag, with no job lease,
+-- error or output: %(results)s is a JSON array of one text per result, its job
+-- ID's 32 hex digits then its fence, and %(client)s, %(state)s and %(archive)s
+-- are the values they share, so no result is parsed as JSON of its own.
+/*IF UNIFORM*/(SELECT substr(value, 1, 32) AS id, CAST(substr(value, 33) AS INTEGER) AS fence,
+             %(client)s AS client, NULL AS lease, %(state)s AS state, NULL AS error,
+             NULL AS output, %(archive)s AS archive
+      FROM json_each(%(results)s))/*ELSE*/(SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS fence,
+             json_extract(value, '$[2]') AS client, json_extract(value, '$[3]') AS lease,
+             json_extract(value, '$[4]') AS state, json_extract(value, '$[8]') AS error,
+             json_extract(value, '$[9]') AS output, json_extract(value, '$[10]') AS archive
+      FROM json_each(%(results)s))/*END*/
+
 -- name: job_finalize_many
+-- variant: job_finalize_many.uniform UNIFORM
 -- Write to history the jobs that leave the live table, unless completed with archive
 -- off.
 INSERT INTO hopper_job_history ({job_columns_history})
@@ -366,11 +383,7 @@ SELECT j.id, j.kind, j.queue,
        j.unique_key, j.ordering_key, j.partition_key, j.tags, j.batch_id, j.expires_at,
        j.cancel_requested_at, j.awaited, j.created_at, NULL, j.progress, NULL, NULL, NULL,
        j.step, j.subject, j.erased_at, %(now)s, r.output
-FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS fence,
-             json_extract(value, '$[2]') AS client, json_extract(value, '$[3]') AS lease,
-             json_extract(value, '$[4]') AS state, json_extract(value, '$[8]') AS error,
-             json_extract(value, '$[9]') AS output, json_extract(value, '$[10]') AS archive
-      FROM json_each(%(results)s)) AS r
+FROM {finalize_results} AS r
 CROSS JOIN hopper_job AS j
 WHERE j.id = r.id
   AND +j.state = 'running'
@@ -381,14 +394,12 @@ WHERE j.id = r.id
   AND NOT (r.state = 'completed' AND NOT r.archive);
 
 -- name: job_finalize_many.delete
+-- variant: job_finalize_many.delete.uniform UNIFORM
 -- Remove from the live table every job whose result moves it out (history or nowhere).
 DELETE FROM hopper_job
 WHERE id IN (
     SELECT j.id
-    FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS fence,
-                 json_extract(value, '$[2]') AS client, json_extract(value, '$[3]') AS lease,
-                 json_extract(value, '$[4]') AS state
-          FROM json_each(%(results)s)) AS r
+    FROM {finalize_results} AS r
     CROSS JOIN hopper_job AS j
     WHERE j.id = r.id
       AND +j.state = 'running'
