@@ -34,12 +34,14 @@ CASE WHEN json_valid(j.metadata) THEN json_extract(j.metadata, '$._hopper_wake')
 -- fragment: history_metadata
 -- A job's metadata as history keeps it: without the ordering-key wake marker,
 -- which only a live job's next claim reads (metadata that is not a JSON object
--- is kept as it is).
-CASE WHEN json_valid(metadata) AND json_type(metadata) = 'object'
+-- is kept as it is). Most jobs carry none: '{}' is kept without being parsed.
+CASE WHEN metadata = '{}' THEN metadata
+     WHEN json_valid(metadata) AND json_type(metadata) = 'object'
      THEN json_remove(metadata, '$._hopper_wake') ELSE metadata END
 
 -- fragment: history_metadata_j
-CASE WHEN json_valid(j.metadata) AND json_type(j.metadata) = 'object'
+CASE WHEN j.metadata = '{}' THEN j.metadata
+     WHEN json_valid(j.metadata) AND json_type(j.metadata) = 'object'
      THEN json_remove(j.metadata, '$._hopper_wake') ELSE j.metadata END
 
 
