@@ -112,10 +112,12 @@ class ControlState:
         for job_id in cancel_requested:
             self.cancel(job_id)
         resumed = self.paused_queues - set(paused)
+        # Newly paused or limited: its producer gives back what it claimed ahead.
+        held = (set(paused) - self.paused_queues) | (set(limited) - self.limited_queues)
         log_control_changes(self.paused_queues, set(paused), self.limited_queues, set(limited))
         self.paused_queues = set(paused)
         self.limited_queues = set(limited)
-        for queue in resumed:
+        for queue in resumed | held:
             self.wake(queue)
 
     def on_message(self, payload: str) -> None:
@@ -129,6 +131,7 @@ class ControlState:
             paused = self.paused_queues | {msg.queue}
             log_control_changes(self.paused_queues, paused)
             self.paused_queues = paused
+            self.wake(msg.queue)  # its producer gives back what it claimed ahead
         elif msg.action == ControlAction.RESUME and msg.queue:
             paused = self.paused_queues - {msg.queue}
             log_control_changes(self.paused_queues, paused)

@@ -185,7 +185,7 @@ class Producer:
         with self._lock:
             if ran is not None:
                 self.mean_run += RUN_MEAN_WEIGHT * (ran - self.mean_run)
-            if self.buffer and not (control.stopping.is_set() or control.fenced):
+            if self.buffer and not self._buffer_held():
                 nxt = self.buffer.popleft()[0]  # the slot passes to it
             else:
                 self.running -= 1
@@ -209,6 +209,22 @@ class Producer:
                 control.activity.set()
         elif free >= self.concurrency and not control.activity.is_set():
             control.activity.set()  # idle now: burst mode and wait_idle look again
+
+    def _buffer_held(self) -> bool:
+        """Return whether buffered jobs must not start: the worker stops or was
+        fenced, or the queue was paused or given limits since they were claimed.
+
+        A paused queue starts nothing new, and a limited one counts running jobs
+        (buffered ones among them) that its limits were not applied to; either
+        way the buffer goes back (:meth:`return_stale`).
+        """
+        control = self.control
+        return (
+            control.stopping.is_set()
+            or control.fenced
+            or self.queue in control.paused_queues
+            or self.queue in control.limited_queues
+        )
 
     def claim_once(self, *, takeover_after: bool = False) -> int:
         """Claim up to the free slots (and the buffer's room) in one call, start the
@@ -264,7 +280,6 @@ class Producer:
 
     def _claim(self, client_id: int, free: int, room: int, limited: bool) -> int:
         """Send the claim of ``free`` slots and ``room`` ahead; start and buffer its jobs."""
-        control = self.control
         result = self.engine.job_claim(
             JobClaimParams(
                 queue=self.queue, client_id=client_id, limit=free, ahead=room, limited=limited
@@ -290,7 +305,7 @@ class Producer:
             start, later = jobs, []
         with self._lock:
             # Slots freed during the claim take claimed-ahead jobs at once.
-            if later and not control.stopping.is_set():
+            if later and not self._buffer_held():
                 spare = max(0, self.concurrency - self.running - len(start))
                 start += later[:spare]
                 later = later[spare:]
@@ -323,14 +338,21 @@ class Producer:
 
     def return_stale(self) -> int:
         """Give the buffer back if its oldest job waited longer than AHEAD_MAX_WAIT,
-        or the worker was fenced; return how many jobs went back.
+        the worker was fenced, or the queue was paused or given limits since the
+        claim; return how many jobs went back.
 
         A job held that long means the running jobs turned slow: the mean run
         time is raised to the wait, so that claims stop going ahead until short
-        runs bring it down again.
+        runs bring it down again. A pause or new limits say nothing of the run
+        times: the mean is kept.
         """
         wait = self.buffer_wait()
-        if wait is None or (wait > 0 and not self.control.fenced):
+        if wait is None:
+            return 0
+        control = self.control
+        if self.queue in control.paused_queues or self.queue in control.limited_queues:
+            return self.return_buffer()
+        if wait > 0 and not control.fenced:
             return 0
         with self._lock:
             self.mean_run = max(self.mean_run, AHEAD_MAX_RUN, AHEAD_MAX_WAIT)

@@ -243,3 +243,45 @@ def test_a_claim_after_one_that_did_not_fill_its_room_takes_four_jobs_a_slot_ahe
     # ...and once a claim came back full, the next takes the whole buffer's room.
     assert producer.claim_once() == 30 - 10
     assert len(producer.buffer) == 28
+
+
+@pytest.mark.parametrize(
+    "control",
+    [
+        pytest.param({"paused": ["default"], "limited": []}, id="paused"),
+        pytest.param({"paused": [], "limited": ["default"]}, id="limited"),
+    ],
+)
+def test_a_queue_paused_or_limited_after_a_claim_starts_none_of_its_buffer_and_gives_it_back(
+    tx_engine, short_jobs, control
+):
+    from django_hopper import signals
+
+    held = [insert(tx_engine, jobs.rt_hold, 0.3) for _ in range(3)]
+    worker = short_jobs()
+    producer = worker.producers["default"]
+    assert producer.claim_once() == 3
+    started = []
+
+    def receiver(sender, job, **kwargs):
+        started.append(job.id)
+
+    signals.job_started.connect(receiver)
+    try:
+        # A lease renewal (or the control notification) tells the worker.
+        worker.control.apply([], control["paused"], control["limited"])
+        assert worker.wait_idle(10)
+        # The freed slot starts no buffered job: the queue is paused, or its
+        # limits count running jobs a buffer would overshoot.
+        assert held[1].id not in started and held[2].id not in started
+        mean = producer.mean_run
+        assert producer.return_stale() == 2  # the producer's next round gives them back
+    finally:
+        signals.job_started.disconnect(receiver)
+    for job in held[1:]:
+        row = get(tx_engine, job)
+        assert (row.state, row.attempt, row.errors) == ("available", 0, [])
+        assert not marked(row)
+        assert Job.objects.get(id=job.id).admission_misses is None
+    # Not a sign of slow jobs: the mean run time that lets claims go ahead is kept.
+    assert producer.mean_run == mean
