@@ -83,12 +83,14 @@ def send_logged(signal: Signal, sender: Any = None, **kwargs: Any) -> None:
     attempt, a maintenance pass, a commit hook). Free when nothing listens,
     which is the common case.
     """
-    receivers = signal.receivers
-    if not receivers:
+    # Up to two entries in one step: another thread may disconnect a receiver
+    # between two reads of the list (Django deletes the entry in place).
+    alone = signal.receivers[:2]
+    if not alone:
         return
-    if len(receivers) == 1:
+    if len(alone) == 1:
         direct = _direct.get(signal)
-        if direct is not None and receivers[0][0] == direct[0]:
+        if direct is not None and alone[0][0] == direct[0]:
             try:
                 direct[1](signal=signal, sender=sender, **kwargs)
             except Exception as exc:
@@ -106,12 +108,12 @@ def send_positional(signal: Signal, sender: Any, *args: Any) -> None:
     A direct receiver that takes them positionally (:func:`connect_direct`)
     is called with ``(sender, *args)``; any other receiver gets them by name.
     """
-    receivers = signal.receivers
-    if not receivers:
+    alone = signal.receivers[:2]  # in one step, as send_logged reads it
+    if not alone:
         return
-    if len(receivers) == 1:
+    if len(alone) == 1:
         direct = _direct.get(signal)
-        if direct is not None and direct[2] is not None and receivers[0][0] == direct[0]:
+        if direct is not None and direct[2] is not None and alone[0][0] == direct[0]:
             try:
                 direct[2](sender, *args)
             except Exception as exc:

@@ -157,3 +157,48 @@ def test_send_positional__calls_the_positional_function_alone_and_the_receiver_o
         ("receiver", "a sender", "a job"),
         ("other",),
     ]
+
+
+@pytest.mark.parametrize("send", ["send_logged", "send_positional"])
+def test_a_signal_sent_while_its_direct_receiver_is_disconnected_elsewhere_never_raises(
+    attempt_signal: Signal, send: str
+):
+    """Another thread may disconnect the receiver at any point of the send: the
+    send calls it (it began while connected) or nobody, and never fails."""
+    import sys
+
+    sender = getattr(signals, send)
+    code = sender.__code__
+    args = ("fn", "job", "completed", None, 3)
+    lines = 0
+    at = 0
+    while True:
+        at += 1
+        signals.connect_direct(
+            attempt_signal, lambda *a, **kw: None, "test.direct", positional=True
+        )
+        seen = 0
+
+        def trace(frame: Any, event: str, arg: Any, at: int = at) -> Any:
+            nonlocal seen
+            if frame.f_code is not code:
+                return None
+            if event == "line":
+                seen += 1
+                if seen == at:  # the other thread's disconnect lands before this line
+                    signals.disconnect_direct(attempt_signal, "test.direct")
+            return trace
+
+        sys.settrace(trace)
+        try:
+            if send == "send_logged":
+                sender(attempt_signal, "fn", job="job")
+            else:
+                sender(attempt_signal, *args)
+        finally:
+            sys.settrace(None)
+            signals.disconnect_direct(attempt_signal, "test.direct")
+        lines = max(lines, seen)
+        if at > lines:  # every line of the send had the disconnect land before it
+            break
+    assert not attempt_signal.receivers
