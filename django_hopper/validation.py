@@ -171,6 +171,26 @@ _NUL_MESSAGE = (
 )
 
 
+#: A surrogate code point (U+D800-U+DFFF) in a Python string stands alone: a
+#: character beyond U+FFFF is one code point. It has no UTF-8 form, so
+#: PostgreSQL's jsonb refuses it where SQLite's JSON kept it: refused for both.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_MESSAGE = (
+    "{field} contains a lone surrogate ({char!r}), which has no UTF-8 form and a job's "
+    "JSON cannot store; decode the text it came from with errors='replace'"
+)
+
+
+def _refuse_surrogate(value: str, field: str) -> None:
+    """Raise InvalidJob if ``value`` has a surrogate code point (never for ASCII)."""
+    if not value.isascii():
+        found = _SURROGATE.search(value)
+        if found is not None:
+            raise InvalidJob(
+                _SURROGATE_MESSAGE.format(field=field, char=found.group()), field=field
+            )
+
+
 def json_normalize(value: Any, field: str) -> Any:
     """Return ``value`` as it will read back from the database, or raise InvalidJob.
 
@@ -179,13 +199,15 @@ def json_normalize(value: Any, field: str) -> Any:
     now, at enqueue, instead of failing (or silently changing) at run time.
     Tuples become lists, as JSON has only arrays; dictionary keys must be
     strings, floats finite, and no string (nor key) may contain a NUL
-    character, which PostgreSQL cannot store and SQLite can. ``field`` is
+    character, which PostgreSQL cannot store and SQLite can, nor a lone
+    surrogate, which has no UTF-8 form. ``field`` is
     the path reported in the error (``kwargs['when']``, ``args[0]``,
     ``metadata['x'][1]``).
     """
     if isinstance(value, str):
         if "\x00" in value:
             raise InvalidJob(_NUL_MESSAGE.format(field=field), field=field)
+        _refuse_surrogate(value, field)
         return value
     if value is None or isinstance(value, bool | int):
         return value
@@ -204,6 +226,10 @@ def json_normalize(value: Any, field: str) -> Any:
                 )
             if "\x00" in k:
                 raise InvalidJob(_NUL_MESSAGE.format(field=f"{field} key {k!r}"), field=field)
+            if not k.isascii() and _SURROGATE.search(k):
+                raise InvalidJob(
+                    _SURROGATE_MESSAGE.format(field=f"{field} key {k!r}", char=k), field=field
+                )
             out[k] = json_normalize(item, f"{field}[{k!r}]")
         return out
     raise InvalidJob(

@@ -803,6 +803,9 @@ def test_aenqueue_many__takes_prepared_calls_too(db: None) -> None:
         ((b"bytes",), {}, "args[0]"),
         (("a\x00b",), {}, "args[0]"),
         ((), {"nested": {"k\x00": 1}}, "kwargs['nested']"),
+        # A lone surrogate has no UTF-8 form: PostgreSQL's jsonb refuses it.
+        (("a\udcffb",), {}, "args[0]"),
+        ((), {"nested": {"k\ud800": 1}}, "kwargs['nested']"),
     ],
 )
 def test_enqueue__refuses_args_that_are_not_json(

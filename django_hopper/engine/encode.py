@@ -2,7 +2,8 @@
 
 PostgreSQL's ``jsonb`` cannot hold U+0000 and SQLite's JSON text can, so a
 NUL anywhere in a value is refused here, naming where it is, instead of one
-engine storing it and the other failing with a driver error.
+engine storing it and the other failing with a driver error; so is a lone
+surrogate, which has no UTF-8 form (``jsonb`` refuses it).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ _encode_once: Any = (
 #: ``\u0000`` in the encoded text that is an escape of its own: preceded by an
 #: even number of backslashes (an odd number makes it the text ``\u0000``).
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+#: A surrogate's escape (``\ud800``-``\udfff``): a pair for a character beyond
+#: U+FFFF, or a lone surrogate, which has no UTF-8 form (jsonb refuses it).
+_SURROGATE_ESCAPE = re.compile(r"\\ud[89a-f]")
 
 
 def dump_json(value: Any, field: str) -> str:
@@ -65,7 +69,11 @@ def dump_json(value: Any, field: str) -> str:
                 text = _encode(value)  # a cycle (ValueError) or nesting too deep, as before
     except (TypeError, ValueError) as exc:
         raise InvalidJob(f"{field} must be JSON-serializable: {exc}", field=field) from None
-    if "\\u0000" in text and _NUL_ESCAPE.search(text):  # rare: find where, to say so
+    # Rare: find where, to say so. A NUL escape, or a surrogate's: a character
+    # beyond U+FFFF is written as two (a pair, kept), a lone surrogate as one.
+    if ("\\u0000" in text and _NUL_ESCAPE.search(text)) or (
+        "\\ud" in text and _SURROGATE_ESCAPE.search(text)
+    ):
         try:
             validation.json_normalize(value, field)
         except InvalidJob as exc:

@@ -111,6 +111,10 @@ BAD_INSERTS: list[tuple[str, dict[str, Any]]] = [
     ("metadata", {"metadata": [1, 2]}),
     ("ttl", {"ttl": dt.timedelta(days=10**8)}),
     ("args", {"args": {"x": (loop := [1]), "y": loop.append(loop)}}),  # contains itself
+    # A lone surrogate has no UTF-8 form: one engine's JSON refuses it, the other kept it.
+    ("args", {"args": {"x": "a\udcffb"}}),
+    ("args", {"args": {"k\ud800": 1}}),
+    ("metadata", {"metadata": {"x": ["\udfff"]}}),
 ]
 
 
@@ -125,6 +129,30 @@ def test_validation__job_insert_many_refuses_a_bad_input_naming_its_field(
     good = JobInsertParams(kind="tests.good")
 
     refused(lambda: engine.job_insert_many([good, bad_insert(fields)]), field)
+
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_validation__characters_beyond_u_ffff_and_hangul_are_stored_as_sent(
+    engine: BaseEngine, n: int
+) -> None:
+    text = "\U0001f600 \ud55c\uae00 \U00020000"  # a pair each, and U+D55C U+AE00 as one
+    params = [
+        JobInsertParams(kind="tests.job", args={text: [text]}, metadata={"m": text})
+        for _ in range(n)
+    ]
+    for result in engine.job_insert_many(params):
+        row = engine.job_get(result.job.id)
+        assert row is not None
+        assert (row.args, row.metadata) == ({text: [text]}, {"m": text})
+
+
+@pytest.mark.parametrize(("field", "fields"), BAD_INSERTS, ids=lambda v: repr(v)[:40])
+def test_validation__a_one_job_insert_refuses_what_a_batch_refuses(
+    engine: BaseEngine, field: str, fields: dict[str, Any]
+) -> None:
+    refused(lambda: engine.job_insert_many([bad_insert(fields)]), field)
 
     assert Job.objects.count() == 0
 
