@@ -275,6 +275,43 @@ def test_claim__unlimited_claim_settles_on_a_generic_plan(
     assert custom <= 5
 
 
+def test_producer__warm_up_plans_its_claim_so_the_first_job_reuses_the_generic_plan(
+    engine: BaseEngine, db_now: dt.datetime
+) -> None:
+    """A new worker's first pickups do not pay for preparing and planning the claim:
+    the producer ran it at start with no client, which claimed nothing."""
+    from types import SimpleNamespace
+
+    from django_hopper.worker.producer import WARM_CLAIM_RUNS, Producer
+
+    job = insert(engine, db_now, kind="tests.plan", queue="warm")
+    started: list[JobRow] = []
+    control: Any = SimpleNamespace(
+        may_claim_from=lambda queue: True,
+        client_id=register(engine, db_now),
+        limited_queues=set(),
+    )
+    producer = Producer(
+        "warm", 2, engine=engine, control=control,
+        start_job=lambda j, _producer: started.append(j),
+        poll_interval=1.0, claim_debounce=0.0, ahead=4,
+    )  # fmt: skip
+
+    assert producer.warm_up() == 2 * WARM_CLAIM_RUNS  # the free slots, and with room ahead
+    assert get(engine, job.id).state == "available"  # nothing read, locked or claimed
+
+    assert producer.claim_once() == 1  # the free slots' statement: planned already
+    assert [j.id for j in started] == [job.id]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE %s AND statement LIKE %s",
+            ["%keys AS%", "%LIMIT 2%"],
+        )
+        rows = cursor.fetchall()
+    assert rows == [(1, WARM_CLAIM_RUNS)]
+
+
 @pytest.mark.parametrize("name", ["job_finalize_many", "job_finalize_many.completed"])
 def test_finalize__probes_the_primary_key_whatever_the_number_running(
     engine: BaseEngine, db_now: dt.datetime, name: str

@@ -198,6 +198,11 @@ class EngineFeatures:
     #: snapshots (pg_snapshot), so an event whose transaction commits late is
     #: still delivered; without it, one writer makes sequence order commit order.
     supports_xid_streams: bool = False
+    #: The claim runs as a server-side prepared statement whose first runs on a
+    #: connection are planned for their values (PostgreSQL plans five, then reuses
+    #: its generic plan): a producer runs its claims once with no client at start
+    #: (``Producer.warm_up``), so that its first jobs do not wait for the planning.
+    plans_prepared_claims: bool = False
 
 
 class Listener(ABC):

@@ -19,6 +19,7 @@ from django_hopper.engine.params import (
     JobPassTakeoverParams,
     JobReturnManyParams,
 )
+from django_hopper.topology import prepares
 from django_hopper.worker.db import (
     Backoff,
     ConnectionWatch,
@@ -62,6 +63,13 @@ RUN_MEAN_WEIGHT = 0.1
 #: enqueued behind the buffer) waits about this long at most, well inside
 #: AHEAD_MAX_WAIT, whatever ``ahead`` allows.
 AHEAD_FILL = 0.05
+#: Runs of each claim statement :meth:`Producer.warm_up` makes at start: PostgreSQL
+#: plans a prepared statement's first five runs for their values, then reuses its
+#: generic plan.
+WARM_CLAIM_RUNS = 5
+#: The client of a warm-up claim: none (client IDs start at 1), so the claim's
+#: gate is closed and it reads no job, locks nothing and claims nothing.
+NO_CLIENT = 0
 
 
 class Producer:
@@ -468,6 +476,42 @@ class Producer:
             )
         return len(taken)
 
+    def warm_up(self) -> int:
+        """Run this queue's first claim statements with no client, before any job
+        waits for them; return how many ran.
+
+        Where the engine plans prepared claims (``plans_prepared_claims``) and
+        this alias prepares statements (:func:`~django_hopper.topology.prepares`),
+        the claim of the free slots and the claim an idle queue sends (the free
+        slots and up to IDLE_AHEAD_PER_SLOT a slot ahead) each run
+        WARM_CLAIM_RUNS times on the producer's connection: they are prepared,
+        planned and settle on the generic plan, and the connection loads its
+        catalog caches, instead of the first jobs a new worker picks up paying
+        for it. With no client the claim's gate is closed: no job is read,
+        locked or claimed. A queue with limits claims by another statement and
+        is left as it is. A failure is logged; the producer claims as usual.
+        """
+        if not self.engine.features.plans_prepared_claims or not prepares(self.engine.alias):
+            return 0
+        if self.queue in self.control.limited_queues:
+            return 0
+        idle_room = min(self.ahead, IDLE_AHEAD_PER_SLOT * self.concurrency)
+        sizes = [(self.concurrency, 0)] + ([(self.concurrency, idle_room)] if idle_room else [])
+        runs = 0
+        try:
+            for limit, ahead in sizes:
+                for _ in range(WARM_CLAIM_RUNS):
+                    self.engine.job_claim(
+                        JobClaimParams(
+                            queue=self.queue, client_id=NO_CLIENT, limit=limit, ahead=ahead
+                        )
+                    )
+                    runs += 1
+        except Exception:
+            reset_connection(self.engine.alias)
+            logger.warning("warming the claim of queue %s failed", self.queue, exc_info=True)
+        return runs
+
     def debounce(self) -> None:
         """Hold a wake-up that follows the previous claim closely; call before a claim.
 
@@ -494,6 +538,7 @@ class Producer:
         watch = ConnectionWatch(f"claiming from queue {self.queue}")
         self.wake.set()  # claim at start
         try:
+            self.warm_up()
             while not stopping.is_set():
                 wait = self.buffer_wait()
                 woken = self.wake.wait(poll if wait is None else max(0.0, min(wait, poll)))

@@ -54,6 +54,7 @@ class PostgresEngine(
         supports_json_indexes=True,
         supports_storage_parameters=True,
         supports_xid_streams=True,
+        plans_prepared_claims=True,
     )
 
     def connection_route(self) -> ConnectionRoute:
