@@ -126,10 +126,11 @@ def json_value(value: Any, field: str) -> Any:
 
 
 def kind(value: Any) -> str:
-    """Return a job kind (1 to 255 characters, no NUL) or raise InvalidJob."""
-    if not isinstance(value, str) or not value or len(value) > 255 or "\x00" in value:
+    """Return a job kind (1 to 255 characters, :func:`storable_text`) or raise InvalidJob."""
+    if not isinstance(value, str) or not value or len(value) > 255 or not storable_text(value):
         raise InvalidJob(
-            f"kind must be a non-empty string of at most 255 characters without NUL, not {value!r}",
+            "kind must be a non-empty string of at most 255 characters without NUL or a lone "
+            f"surrogate, not {value!r}",
             field="kind",
         )
     return value
@@ -139,10 +140,10 @@ def key(value: Any, field: str) -> str | None:
     """Return a unique, ordering or partition key (None for no key) or raise InvalidJob."""
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > 255 or "\x00" in value:
+    if not isinstance(value, str) or not value or len(value) > 255 or not storable_text(value):
         raise InvalidJob(
-            f"{field} must be a non-empty string of at most 255 characters without NUL, "
-            f"not {value!r}",
+            f"{field} must be a non-empty string of at most 255 characters without NUL or a "
+            f"lone surrogate, not {value!r}",
             field=field,
         )
     return value
@@ -153,10 +154,12 @@ def tags(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str) or not all(
-        isinstance(t, str) and t and "\x00" not in t for t in value
+        isinstance(t, str) and t and storable_text(t) for t in value
     ):
         raise InvalidJob(
-            f"tags must be a list of non-empty strings without NUL, not {value!r}", field="tags"
+            f"tags must be a list of non-empty strings without NUL or a lone surrogate, "
+            f"not {value!r}",
+            field="tags",
         )
     seen: dict[str, None] = {}
     for t in value:
@@ -179,6 +182,13 @@ _SURROGATE_MESSAGE = (
     "{field} contains a lone surrogate ({char!r}), which has no UTF-8 form and a job's "
     "JSON cannot store; decode the text it came from with errors='replace'"
 )
+
+
+def storable_text(value: str) -> bool:
+    """Return whether a database stores ``value`` as sent: no NUL (PostgreSQL
+    refuses it), no lone surrogate (no UTF-8 form: PostgreSQL refuses it, SQLite
+    stored a row it then could not read back)."""
+    return "\x00" not in value and (value.isascii() or _SURROGATE.search(value) is None)
 
 
 def _refuse_surrogate(value: str, field: str) -> None:

@@ -161,7 +161,10 @@ def insert(p: JobInsertParams, *, copy: bool = False) -> None:
         validation.key(p.subject, "subject")
     tags = p.tags
     if (type(tags) is not tuple or tags) and not _good_tags(tags):  # most jobs have none
-        raise InvalidJob(f"tags must be non-empty strings without NUL, not {tags!r}", field="tags")
+        raise InvalidJob(
+            f"tags must be non-empty strings without NUL or a lone surrogate, not {tags!r}",
+            field="tags",
+        )
     if not isinstance(p.metadata, dict):
         raise InvalidJob(
             f"metadata must be a JSON object (a dict), not {type(p.metadata).__name__}",
@@ -180,9 +183,9 @@ def insert(p: JobInsertParams, *, copy: bool = False) -> None:
 
 
 def _good_tags(tags: Any) -> bool:
-    """Return whether ``tags`` is a list or tuple of non-empty strings without NUL."""
+    """Return whether ``tags`` is a list or tuple of non-empty, storable strings."""
     return isinstance(tags, tuple | list) and all(
-        isinstance(t, str) and t and "\x00" not in t for t in tags
+        isinstance(t, str) and t and validation.storable_text(t) for t in tags
     )
 
 

@@ -115,6 +115,13 @@ BAD_INSERTS: list[tuple[str, dict[str, Any]]] = [
     ("args", {"args": {"x": "a\udcffb"}}),
     ("args", {"args": {"k\ud800": 1}}),
     ("metadata", {"metadata": {"x": ["\udfff"]}}),
+    # ...nor in a text column: SQLite stored a row it then could not read back.
+    ("kind", {"kind": "tests.\udcffjob"}),
+    ("unique_key", {"unique_key": "u\udcff"}),
+    ("ordering_key", {"ordering_key": "o\ud800"}),
+    ("partition_key", {"partition_key": "p\udcff"}),
+    ("subject", {"subject": "s\udcff"}),
+    ("tags", {"tags": ("t\udcff",)}),
 ]
 
 
