@@ -192,3 +192,20 @@ def test_hopper_indexes__says_it_removed_a_copy_of_a_dropped_index(pg: Any) -> N
 
     assert f"removed   {stray} (a partition's copy of a dropped index)" in out.getvalue()
     assert valid(stray) is None
+
+
+def test_history_index__leaves_an_operators_own_index_on_one_partition_alone(pg: Any) -> None:
+    """An index an operator made on one partition (``CREATE INDEX ON <partition>
+    (subject)``: PostgreSQL names it ``<partition>_subject_idx``) is no copy of a
+    parent index: a pass never drops it."""
+    execute(f"CREATE INDEX {KEPT} ON ONLY hopper_job_history (queue)")
+    assert pg.history_index(HistoryIndexParams()).built
+    partition = partitions()[0]
+    execute(f'CREATE INDEX ON "{partition}" (subject)')
+    own = f"{partition}_subject_idx"
+    try:
+        result = pg.history_index(HistoryIndexParams())
+        assert own not in result.removed
+        assert valid(own)
+    finally:
+        execute(f'DROP INDEX IF EXISTS "{own}"')

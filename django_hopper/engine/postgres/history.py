@@ -419,12 +419,17 @@ class PostgresHistoryMixin(PostgresSupport):
         parent's drop, or by an interrupted build of a parent dropped since.
         Nothing would ever attach it: it is dropped, never rebuilt (a repair
         would make it valid and keep it, paying its writes on every history row).
+
+        Only a copy of one of hopper's parents (named ``hopper_...``, as
+        migrations name them) can be a stray: an index an operator made on one
+        partition (``CREATE INDEX ON <partition> (subject)``, which PostgreSQL
+        names ``<partition>_subject_idx``) is left alone.
         """
         parents = [str(row[0]) for row in self._fetchall("history_index.parents", {})]
         strays = []
         for name, partition in self._fetchall("history_index.unattached", {}):
-            if partition in params.skip or not str(name).startswith(f"{partition}_"):
-                continue  # not named as a pass names its copies
+            if partition in params.skip or not str(name).startswith(f"{partition}_hopper_"):
+                continue  # not named as a pass names its copies of hopper's parents
             if name not in {index_name(partition, parent) for parent in parents}:
                 strays.append(str(name))
         return strays
