@@ -804,7 +804,28 @@ def test_enqueue__texts_quoted_once_per_connection_read_back_and_stay_bounded(
                     (tx_engine.job_insert_many([p], JobInsertOpts(notify=True))[0].job.id, text)
                 )
     quoted = connection._hopper_named[3]
-    assert len(quoted) == 4 and all(len(text) <= support._QUOTED_LENGTH_MAX for text in quoted)
+    assert 1 <= len(quoted) <= 4
+    assert all(len(text) <= support._QUOTED_LENGTH_MAX for text in quoted)
     for job_id, text in ids:
         read = tx_engine.job_get(job_id)
         assert read is not None and read.args == {"args": [text], "kwargs": {}}
+
+
+def test_enqueue__a_kind_first_seen_after_many_distinct_args_is_still_kept_quoted(
+    tx_engine: BaseEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Distinct args of one-off jobs fill the connection's quoted texts; a kind
+    and queue that come later are kept quoted all the same."""
+    monkeypatch.setattr(support, "_QUOTED_MAX", 16)
+
+    def insert(kind: str, arg: int) -> None:
+        p = JobInsertParams(kind=kind, queue="later", args={"args": [arg], "kwargs": {}})
+        with transaction.atomic():
+            tx_engine.job_insert_many([p], JobInsertOpts(notify=True))
+
+    for arg in range(40):
+        insert("tests.first", arg)
+    insert("tests.later", 0)
+    quoted = connection._hopper_named[3]
+    assert "tests.later" in quoted and "later" in quoted
+    assert len(quoted) <= 16

@@ -182,7 +182,9 @@ _STATEMENT_NAMES: dict[bytes, bytes] = {}
 #: each short text it sent (a job's kind, queue, the wake-up's channel: the
 #: same few strings on every enqueue), as that Transformer quoted it.
 _NamedState = tuple[Any, set[bytes], abc.Transformer, dict[str, bytes]]
-#: Texts up to this long are kept quoted, up to this many per connection.
+#: Texts up to this long are kept quoted, up to this many per connection (a full
+#: cache starts again, so that a stream of distinct texts never crowds out the
+#: recurring ones).
 _QUOTED_LENGTH_MAX = 256
 _QUOTED_MAX = 512
 
@@ -464,7 +466,12 @@ class PostgresSupport(BaseEngine):
                 literal = quoted.get(value)
                 if literal is None:
                     literal = tx.as_literal(value)
-                    if len(value) <= _QUOTED_LENGTH_MAX and len(quoted) < _QUOTED_MAX:
+                    if len(value) <= _QUOTED_LENGTH_MAX:
+                        if len(quoted) >= _QUOTED_MAX:
+                            # Many distinct short texts (args of one-off jobs):
+                            # start again, so that the few recurring ones
+                            # (kind, queue, channel) are kept quoted.
+                            quoted.clear()
                         quoted[value] = literal
             elif kind is uuid.UUID:
                 literal = b"'%032x'::uuid" % value.int  # what psycopg writes, without its dumper
