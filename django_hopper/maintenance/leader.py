@@ -196,8 +196,14 @@ class Maintainer:
         return tick
 
     def run_once(self, at: float | None = None) -> dict[str, int] | None:
-        """Elect, then run due services if leading; None when not the leader."""
+        """Elect, then run due services if leading; None when not the leader.
+
+        A term that ends forgets when its services ran: another leader kept
+        the schedule meanwhile, so a maintainer elected again starts as a new
+        leader does (upkeep held back by its ``first_delay``).
+        """
         if not self.elector.run_once():
+            self._last.clear()
             return None
         return self.run_services(at=at)
 

@@ -54,6 +54,32 @@ def test_first_round__runs_job_services_and_holds_upkeep_until_its_first_delay()
     assert upkeep.runs == 2
 
 
+class Scripted:
+    """An elector whose election results are given in advance."""
+
+    def __init__(self, *results: bool) -> None:
+        self.results = list(results)
+
+    def run_once(self) -> bool:
+        return self.results.pop(0)
+
+
+def test_leader_elected_again__holds_upkeep_as_a_new_leader_does() -> None:
+    rescue = Counting("rescue", 1.0)
+    upkeep = Counting("upkeep", 30.0, first_delay=10.0)
+    elector: Any = Scripted(*[True] * 11, False, *[True] * 11)
+    m = Maintainer(None, elector, interval=1.0, services=[rescue, upkeep])  # type: ignore[arg-type]
+    for tick in range(100, 111):  # a first term: upkeep runs once, at 110 s
+        m.run_once(at=float(tick))
+    assert upkeep.runs == 1
+    assert m.run_once(at=500.0) is None  # the term ends; another leader takes over
+    for tick in range(1000, 1010):  # elected again long after: upkeep is not due at once
+        m.run_once(at=float(tick))
+    assert (rescue.runs, upkeep.runs) == (21, 1)
+    m.run_once(at=1010.0)
+    assert upkeep.runs == 2
+
+
 def test_forced_round__runs_upkeep_at_once() -> None:
     upkeep = Counting("upkeep", 30.0, first_delay=10.0)
     m = _maintainer(upkeep)
