@@ -20,6 +20,7 @@ from django.db import connection
 from django_hopper.engine import decode
 from django_hopper.engine.base import BaseEngine
 from django_hopper.engine.decode import EPOCH, Codec
+from django_hopper.engine.encode import dump_json
 from django_hopper.engine.params import (
     JobCancelParams,
     JobClaimByIDParams,
@@ -28,6 +29,7 @@ from django_hopper.engine.params import (
     JobListParams,
     JobRescueParams,
 )
+from django_hopper.engine.postgres.convert import load_json
 from django_hopper.engine.queries import JOB_COLUMNS
 from django_hopper.exceptions import JobNotClaimable
 from django_hopper.types import JobRow, QueueLimits, RescueReason
@@ -343,3 +345,43 @@ _TIME_COLUMNS = (
     "scheduled_at", "attempted_at", "expires_at", "cancel_requested_at", "created_at",
     "lease_expires_at", "lease_renewed_at", "erased_at", "finalized_at",
 )  # fmt: skip
+
+
+class _Dict(dict):  # type: ignore[type-arg]
+    pass
+
+
+class _Str(str):
+    __slots__ = ()
+
+
+@pytest.mark.parametrize(
+    ("value", "normal"),
+    [
+        (None, True),
+        ({}, True),
+        ([], True),
+        ("s", True),
+        ({"a": [1, 2.5, True, None, {"b": "c"}]}, True),
+        ([[[{"deep": []}]]], True),
+        ({1: "a"}, False),
+        ({"a": [{True: 1}]}, False),
+        ((1, 2), False),
+        ({"a": [1, (2,)]}, False),
+        (_Dict(a=1), False),
+        ({"a": _Dict()}, False),
+        (_Str("s"), False),
+        ({"a": [_Str("s")]}, False),
+        ({_Str("k"): 1}, False),
+    ],
+)
+def test_decode__json_normal_is_whether_a_value_reads_back_as_itself(
+    value: Any, normal: bool
+) -> None:
+    """The inserted row keeps the caller's JSON only when a read would return
+    an equal value of the same types (``decode.as_stored``)."""
+    assert decode.json_normal(value) is normal
+    text = dump_json(value, "args")
+    stored = decode.as_stored(value, text, load_json)
+    assert stored == load_json(text)
+    assert (stored is value) is normal

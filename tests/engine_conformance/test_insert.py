@@ -15,6 +15,7 @@ from django_hopper.engine.params import (
     JobInsertOpts,
     JobInsertParams,
     JobInsertResult,
+    WorkflowInsertParams,
 )
 from django_hopper.exceptions import NotSupported
 from django_hopper.ids import new_id
@@ -144,6 +145,60 @@ def test_insert__one_job_reads_as_stored_even_after_its_params_change(
         {"args": [1], "kwargs": {}},
     )
     assert one == JobInsertResult(one.job)
+
+
+class _Dict(dict):  # type: ignore[type-arg]
+    """A dict subclass: JSON-encodable, read back as a plain dict."""
+
+
+#: JSON-encodable values that read back as something else: an int key (a
+#: string key once stored), tuples (lists) and a dict subclass (a dict).
+_NOT_NORMAL_ARGS = {1: "a", "t": (1, (2, 3)), "d": _Dict(x=(4,)), "l": [{2: None}]}
+_NOT_NORMAL_METADATA = {3: ["m"], "s": _Dict(k=("v",))}
+_AS_STORED_ARGS = {"1": "a", "t": [1, [2, 3]], "d": {"x": [4]}, "l": [{"2": None}]}
+_AS_STORED_METADATA = {"3": ["m"], "s": {"k": ["v"]}}
+
+#: Each way an engine inserts jobs and builds their rows: the one-job insert
+#: (its row built when first read), the one-job insert with metadata, a batch,
+#: a batch with a unique key, COPY, a workflow.
+_INSERT_PATHS = ("one job", "one job with metadata", "batch", "unique", "copy", "workflow")
+
+
+@pytest.mark.parametrize("path", _INSERT_PATHS)
+def test_insert__returns_the_args_and_metadata_as_stored(
+    engine: BaseEngine, db_now: dt.datetime, path: str
+) -> None:
+    """Arguments and metadata that JSON encodes but reads back otherwise (int
+    keys, tuples, a dict subclass) come back from the insert as ``job_get``
+    reads them, not as the caller's objects: the same row on every engine."""
+    metadata = {} if path == "one job" else _NOT_NORMAL_METADATA
+    p = JobInsertParams(kind="tests.normal", args=_NOT_NORMAL_ARGS, metadata=metadata)
+    opts = JobInsertOpts(notify=True)
+    if path in ("one job", "one job with metadata"):
+        (res,) = engine.job_insert_many([p], opts)
+    elif path == "batch":
+        res, _ = engine.job_insert_many([p, JobInsertParams(kind="tests.other")], opts)
+    elif path == "unique":
+        res, _ = engine.job_insert_many(
+            [dataclasses.replace(p, unique_key="u"), JobInsertParams(kind="tests.other")], opts
+        )
+    elif path == "copy":
+        if not engine.features.supports_copy:
+            pytest.skip("the engine has no COPY")
+        res, _ = engine.job_insert_copy([p, JobInsertParams(kind="tests.other")], opts)
+    else:
+        wf = engine.workflow_insert(
+            WorkflowInsertParams(name="normal", jobs=[p, JobInsertParams(kind="tests.other")])
+        )
+        res = wf.jobs[0]
+
+    stored = get(engine, res.job)
+    assert (stored.args, stored.metadata) == (
+        _AS_STORED_ARGS,
+        _AS_STORED_METADATA if metadata else {},
+    )
+    assert (res.job.args, res.job.metadata) == (stored.args, stored.metadata)
+    assert res.job == stored
 
 
 def test_insert__an_empty_batch_inserts_nothing(engine: BaseEngine, db_now: dt.datetime) -> None:

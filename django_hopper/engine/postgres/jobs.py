@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 from psycopg.types.json import JsonbBinaryDumper
 
-from django_hopper.engine.decode import runnable
+from django_hopper.engine.decode import as_stored, runnable
 from django_hopper.engine.params import (
     JobClaimParams,
     JobClaimResult,
@@ -400,8 +400,8 @@ class JobsMixin(PostgresSupport):
                             max_attempts=p.max_attempts,
                             scheduled_at=scheduled_at.astimezone(dt.UTC),
                             created_at=now,
-                            args=p.args,
-                            metadata=p.metadata,
+                            args=as_stored(p.args, args, convert.load_json),
+                            metadata=as_stored(p.metadata, metadata, convert.load_json),
                             ordering_key=p.ordering_key,
                             partition_key=p.partition_key,
                             tags=tags,

@@ -21,7 +21,7 @@ from django_hopper.engine.encode import dump_json
 from django_hopper.engine.params import JobInsertParams
 from django_hopper.exceptions import InvalidJob
 from django_hopper.ids import uuid_from_int
-from django_hopper.types import JSON, JobID, JobRow
+from django_hopper.types import JobID, JobRow
 
 UTC = dt.UTC
 _raw_decode = json.JSONDecoder().raw_decode
@@ -221,10 +221,14 @@ def inserted_row(
     now: dt.datetime,
     tags: list[str],
     expires: dt.datetime | None,
+    args: str,
+    metadata: str,
     **extra: Any,
 ) -> JobRow:
-    """Return the row of a job just inserted from ``p`` (times in UTC); ``extra``
-    are the fields a plain insert and a workflow's set differently."""
+    """Return the row of a job just inserted from ``p`` (times in UTC), its
+    ``args`` and ``metadata`` as stored from the JSON texts the insert wrote
+    (:func:`decode.as_stored`); ``extra`` are the fields a plain insert and a
+    workflow's set differently."""
     return JobRow(
         id=job_id,
         kind=p.kind,
@@ -235,8 +239,8 @@ def inserted_row(
         max_attempts=p.max_attempts,
         scheduled_at=sched.astimezone(dt.UTC),
         created_at=now.astimezone(dt.UTC),
-        args=p.args,
-        metadata=p.metadata,
+        args=decode.as_stored(p.args, args, _loads),
+        metadata=decode.as_stored(p.metadata, metadata, _loads),
         ordering_key=p.ordering_key,
         partition_key=p.partition_key,
         tags=tags,
@@ -254,10 +258,11 @@ def plain_inserted(
     priority: int,
     max_attempts: int,
     now: dt.datetime,
-    args: JSON,
+    args: str,
 ) -> JobRow:
-    """Build the row ``job_insert_many.one`` wrote (:func:`decode.plain_inserted`),
-    its time in UTC as the engine's other reads return it."""
+    """Build the row ``job_insert_many.one`` wrote (:func:`decode.plain_inserted`)
+    from the arguments' JSON text as written, its time in UTC as the engine's
+    other reads return it."""
     return decode.plain_inserted(
-        job_id, kind, queue, priority, max_attempts, now.astimezone(dt.UTC), args
+        job_id, kind, queue, priority, max_attempts, now.astimezone(dt.UTC), _loads(args)
     )

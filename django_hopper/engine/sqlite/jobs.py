@@ -150,6 +150,8 @@ class JobsMixin(SQLiteSupport):
             sched, sched_s, state = _first_state(p, now, now_s)
             expires = None if p.ttl is None else now + p.ttl
             tags = list(p.tags)
+            args = dumps(p.args, "args")
+            metadata = dumps(p.metadata, "metadata")
             rows.append(
                 [
                     job_id.hex,
@@ -159,8 +161,8 @@ class JobsMixin(SQLiteSupport):
                     p.priority,
                     p.max_attempts,
                     sched_s,
-                    dumps(p.args, "args"),
-                    dumps(p.metadata, "metadata"),
+                    args,
+                    metadata,
                     p.unique_key,
                     p.ordering_key,
                     p.partition_key,
@@ -180,6 +182,8 @@ class JobsMixin(SQLiteSupport):
                     now,
                     tags,
                     expires,
+                    args,
+                    metadata,
                     errors=[],
                     unique_key=p.unique_key,
                     batch_id=p.batch_id,
@@ -242,6 +246,8 @@ class JobsMixin(SQLiteSupport):
         sched, sched_s, state = _first_state(p, now, now_s)
         expires = None if p.ttl is None else now + p.ttl
         tags = list(p.tags)
+        args = dumps(p.args, "args")
+        metadata = dumps(p.metadata, "metadata")
         values = {
             "id": job_id.hex,
             "kind": p.kind,
@@ -250,8 +256,8 @@ class JobsMixin(SQLiteSupport):
             "priority": p.priority,
             "max_attempts": p.max_attempts,
             "scheduled_at": sched_s,
-            "args": dumps(p.args, "args"),
-            "metadata": dumps(p.metadata, "metadata"),
+            "args": args,
+            "metadata": metadata,
             "ordering_key": p.ordering_key,
             "partition_key": p.partition_key,
             "tags": dumps(tags, "tags") if tags else "[]",
@@ -267,13 +273,24 @@ class JobsMixin(SQLiteSupport):
             self.notify(CHANNEL_INSERT, [p.queue])
         if _plain(p, tags, expires):
             # The row is built when first read (JobInsertResult), from values
-            # that never change: a caller keeping only the ID never pays for it.
+            # that never change (the arguments as the text written, decoded
+            # then): a caller keeping only the ID never pays for it.
             row = partial(
-                plain_inserted, job_id, p.kind, p.queue, p.priority, p.max_attempts, now, p.args
+                plain_inserted, job_id, p.kind, p.queue, p.priority, p.max_attempts, now, args
             )
             return JobInsertResult(build=row)
         job = inserted_row(
-            job_id, p, state, sched, now, tags, expires, errors=[], batch_id=p.batch_id
+            job_id,
+            p,
+            state,
+            sched,
+            now,
+            tags,
+            expires,
+            args,
+            metadata,
+            errors=[],
+            batch_id=p.batch_id,
         )
         return JobInsertResult(job=job, duplicate=False)
 

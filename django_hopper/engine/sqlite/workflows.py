@@ -71,10 +71,11 @@ class WorkflowsMixin(SQLiteSupport):
             )
             expires = now + p.ttl if p.ttl is not None else None
             tags = list(p.tags)
+            args, metadata = dumps(p.args, "args"), dumps(p.metadata, "metadata")
             rows.append(
                 [
                     job_id.hex, p.kind, p.queue, state, p.priority, p.max_attempts, sched_s,
-                    dumps(p.args, "args"), dumps(p.metadata, "metadata"), p.ordering_key,
+                    args, metadata, p.ordering_key,
                     p.partition_key, dumps(tags, "tags"),
                     db_time(expires, "ttl") if expires is not None else None,
                     1 if p.awaited else 0, steps[i], p.subject,
@@ -90,6 +91,8 @@ class WorkflowsMixin(SQLiteSupport):
                         now,
                         tags,
                         expires,
+                        args,
+                        metadata,
                         batch_id=batch_id,
                         step=steps[i],
                     )
