@@ -227,12 +227,13 @@ class Producer:
         way the buffer goes back (:meth:`return_stale`).
         """
         control = self.control
-        return (
-            control.stopping.is_set()
-            or control.fenced
-            or self.queue in control.paused_queues
-            or self.queue in control.limited_queues
-        )
+        return control.stopping.is_set() or control.fenced or self._queue_held()
+
+    def _queue_held(self) -> bool:
+        """Return whether the queue is paused or has limits: nothing is claimed
+        ahead for it, and what was goes back."""
+        control = self.control
+        return self.queue in control.paused_queues or self.queue in control.limited_queues
 
     def claim_once(self, *, takeover_after: bool = False) -> int:
         """Claim up to the free slots (and the buffer's room) in one call, start the
@@ -357,10 +358,9 @@ class Producer:
         wait = self.buffer_wait()
         if wait is None:
             return 0
-        control = self.control
-        if self.queue in control.paused_queues or self.queue in control.limited_queues:
+        if self._queue_held():
             return self.return_buffer()
-        if wait > 0 and not control.fenced:
+        if wait > 0 and not self.control.fenced:
             return 0
         with self._lock:
             self.mean_run = max(self.mean_run, AHEAD_MAX_RUN, AHEAD_MAX_WAIT)
